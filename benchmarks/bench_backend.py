@@ -39,9 +39,9 @@ def main(argv=None):
         if gpu:
             import cupy
 
-            from sknn_gpu._kernels import get_kernel
+            from sknn_gpu._kernels import get_function
 
-            k = get_kernel("sample", "scaled_axpy_f32", SCALE="2.0f")
+            k = get_function("sample", "scaled_axpy_f32", SCALE="2.0f")
             dx, dy, dout = cupy.asarray(x), cupy.asarray(y), cupy.empty(n, dtype=cupy.float32)
             blocks = min(132 * 8, (n + 255) // 256)
             launch = lambda: k((blocks,), (256,), (dx, dy, np.float32(3.0), np.int64(n)))

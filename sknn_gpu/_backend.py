@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib
 import os
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -26,7 +27,8 @@ __all__ = [
     "get_xp",
     "get_cupy",
     "array_module",
-    "sm_count",
+    "DeviceLimits",
+    "device_limits",
     "is_cupy_array",
     "is_cupy_sparse",
     "is_device_array",
@@ -120,9 +122,20 @@ def resolve_device(device="auto") -> str:
     return device
 
 
+def _resolved(device) -> str:
+    """Check that ``device`` is already resolved ('cpu' or 'cuda'); never resolves 'auto'.
+
+    Everything below an estimator receives the device its ``fit`` resolved once
+    (``device_``); passing ``'auto'`` here is a programming error.
+    """
+    if device == "cpu" or device == "cuda":
+        return device
+    raise ValueError(f"expected a resolved device ('cpu' or 'cuda'), got {device!r}.")
+
+
 def get_xp(device):
-    """Array module for a resolved (or resolvable) device: numpy or cupy."""
-    return get_cupy() if resolve_device(device) == "cuda" else np
+    """Array module for a resolved device: numpy for ``'cpu'``, cupy for ``'cuda'``."""
+    return get_cupy() if _resolved(device) == "cuda" else np
 
 
 def array_module(x):
@@ -130,14 +143,58 @@ def array_module(x):
     return get_cupy() if is_device_array(x) else np
 
 
+class DeviceLimits(NamedTuple):
+    """What the kernels' launch rules need to know about one CUDA device."""
+
+    device_id: int
+    name: str
+    sm_count: int
+    max_threads_per_block: int
+    max_threads_per_sm: int
+    regs_per_sm: int
+    smem_per_block: int  # default limit, bytes
+    smem_per_block_optin: int  # with the opt-in attribute, bytes
+    smem_per_sm: int
+    compute_capability: tuple
+    n_devices: int  # GPUs visible to this process
+
+
 @functools.lru_cache(maxsize=16)
-def _sm_count(device_id):
-    return int(get_cupy().cuda.Device(device_id).attributes["MultiProcessorCount"])
+def _device_limits(device_id) -> DeviceLimits:
+    cupy = get_cupy()
+    dev = cupy.cuda.Device(device_id)
+    a = dev.attributes
+    cc = dev.compute_capability
+    try:
+        name = cupy.cuda.runtime.getDeviceProperties(device_id)["name"]
+        name = name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # pragma: no cover - depends on the CuPy build
+        name = "CUDA device"
+    smem_block = int(a.get("MaxSharedMemoryPerBlock", 48 * 1024))
+    return DeviceLimits(
+        device_id=int(device_id),
+        name=name,
+        sm_count=int(a["MultiProcessorCount"]),
+        max_threads_per_block=int(a.get("MaxThreadsPerBlock", 1024)),
+        max_threads_per_sm=int(a.get("MaxThreadsPerMultiProcessor", 1024)),
+        regs_per_sm=int(a.get("MaxRegistersPerMultiprocessor", 65536)),
+        smem_per_block=smem_block,
+        smem_per_block_optin=int(a.get("MaxSharedMemoryPerBlockOptin", smem_block)),
+        smem_per_sm=int(a.get("MaxSharedMemoryPerMultiprocessor", 64 * 1024)),
+        compute_capability=(int(cc[0]), int(cc[1:])),
+        n_devices=int(cupy.cuda.runtime.getDeviceCount()),
+    )
 
 
-def sm_count() -> int:
-    """Number of streaming multiprocessors of the current CUDA device (memoized)."""
-    return _sm_count(get_cupy().cuda.Device().id)
+def device_limits(device_id=None) -> DeviceLimits:
+    """Limits of the current (or the given) CUDA device, queried once per device and memoized.
+
+    The one place that reads device attributes: SM count, threads, registers and shared
+    memory per block and per SM. Kernels size their grids from it.
+    """
+    if device_id is None:
+        device_id = get_cupy().cuda.runtime.getDevice()
+    return _device_limits(int(device_id))
 
 
 def _top_module(obj) -> str:
@@ -167,7 +224,7 @@ def to_device(x, device):
     """
     if x is None or np.isscalar(x):
         return x
-    if resolve_device(device) == "cpu":
+    if _resolved(device) == "cpu":
         return to_host(x)
     cupy = get_cupy()
     if is_device_array(x):
@@ -231,8 +288,7 @@ def free_memory(device) -> int:
     On CUDA this is the driver's free memory plus what CuPy's memory pool holds
     but does not use; on the CPU it is the kernel's MemAvailable.
     """
-    device = resolve_device(device)
-    if device == "cpu":
+    if _resolved(device) == "cpu":
         return _host_available_bytes()
     cupy = get_cupy()
     free, _total = cupy.cuda.runtime.memGetInfo()
@@ -256,8 +312,8 @@ def check_memory(n_bytes, device, what="this operation", headroom=0.9):
     ----------
     n_bytes : int
         Bytes the work needs to allocate.
-    device : {'cpu', 'cuda', 'auto'}
-        Where it would be allocated.
+    device : {'cpu', 'cuda'}
+        Where it would be allocated (a resolved device).
     what : str
         Description used in the error message.
     headroom : float
@@ -271,7 +327,6 @@ def check_memory(n_bytes, device, what="this operation", headroom=0.9):
     n_bytes = int(n_bytes)
     if n_bytes < 0:
         raise ValueError(f"n_bytes must be non-negative, got {n_bytes}.")
-    device = resolve_device(device)
     avail = free_memory(device)
     if n_bytes > headroom * avail:
         raise InsufficientMemoryError(
@@ -280,3 +335,7 @@ def check_memory(n_bytes, device, what="this operation", headroom=0.9):
             f"configuration."
         )
     return n_bytes
+
+
+def sm_count() -> int:  # TRANSITIONAL: removed once every family reads device_limits()
+    return device_limits().sm_count

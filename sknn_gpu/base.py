@@ -7,12 +7,13 @@ import warnings
 import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
+from . import _backend
 from ._backend import (
     array_module,
     cuda_available,
+    get_xp,
     is_cupy_sparse,
     is_device_array,
-    resolve_device,
     to_device,
     to_host,
 )
@@ -126,14 +127,16 @@ class DeviceMixin:
         return X
 
     def _resolve_device(self):
-        self.device_ = resolve_device(self.device)
+        """Resolve ``device`` into ``device_`` ('cpu' or 'cuda'): once per ``fit``, nowhere else.
+
+        Everything below (engines, inner estimators, helpers) takes the resolved value.
+        """
+        self.device_ = _backend.resolve_device(self.device)
         return self.device_
 
     @property
     def _xp(self):
         """Array module of the fitted device (computed, never stored)."""
-        from ._backend import get_xp
-
         return get_xp(getattr(self, "device_", "cpu"))
 
     def __getstate__(self):

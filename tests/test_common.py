@@ -1,8 +1,11 @@
 """scikit-learn's common estimator checks over every public sknn_gpu estimator."""
 
 import inspect
+import sys
 
+import numpy as np
 import pytest
+import sklearn.utils
 from _instances import expected_failed_checks, make_instance
 from sklearn.base import BaseEstimator
 from sklearn.utils.estimator_checks import parametrize_with_checks
@@ -43,3 +46,51 @@ def test_sklearn_compatible(estimator, check):
 def test_docstring_has_example(cls):
     doc = inspect.getdoc(cls) or ""
     assert "Examples" in doc and ">>>" in doc, f"{cls.__name__} needs an Examples section"
+
+
+def _fit_data(cls):
+    """Small data that ``cls.fit`` accepts (images for the halftoner, bit symbols for GBNN)."""
+    rng = np.random.default_rng(0)
+    name = cls.__name__
+    if name == "DTCNNHalftoner":
+        return (rng.random((12, 12)),), {}
+    if name == "GBNNMemory":
+        return (rng.integers(0, 4, size=(20, 3)),), {}
+    X = rng.random((40, 5))
+    if name == "SparseNetRegressor":
+        return (X, X.sum(axis=1)), {}
+    if name == "FlyHashTransformer":
+        return (X,), {}
+    return (X, (X[:, 0] > 0.5).astype(int)), {}
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_device_and_random_state_resolved_once_per_fit(cls, monkeypatch):
+    """``device`` goes through the backend's resolver once per fit, ``random_state`` once."""
+    from sknn_gpu import _backend
+
+    calls = {"device": 0, "random_state": 0}
+    real_resolve = _backend.resolve_device
+
+    def counting_resolve(device="auto"):
+        calls["device"] += 1
+        return real_resolve(device)
+
+    monkeypatch.setattr(_backend, "resolve_device", counting_resolve)
+    real_crs = sklearn.utils.check_random_state
+
+    def counting_crs(seed):
+        calls["random_state"] += 1
+        return real_crs(seed)
+
+    # every sknn_gpu module that imported check_random_state gets the counting one
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__name__", "").startswith("sknn_gpu") and hasattr(mod, "check_random_state"):
+            monkeypatch.setattr(mod, "check_random_state", counting_crs)
+    est = make_instance(cls).set_params(device="cpu")
+    args, kwargs = _fit_data(cls)
+    est.fit(*args, **kwargs)
+    assert calls["device"] == 1, f"{cls.__name__}.fit resolved device {calls['device']} times"
+    assert calls["random_state"] <= 1, (
+        f"{cls.__name__}.fit resolved random_state {calls['random_state']} times"
+    )

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from sknn_gpu import _kernels
-from sknn_gpu._kernels import get_kernel, load_module, load_source, render_defines
+from sknn_gpu._kernels import get_function, load_module, load_source, render_defines
 
 
 def test_sources_ship_as_package_data():
@@ -52,7 +52,7 @@ def test_sample_kernel_loads_runs_and_is_memoized(rng):
     n = 100_003  # not a multiple of the block size
     x = rng.standard_normal(n).astype(np.float32)
     y = rng.standard_normal(n).astype(np.float32)
-    k2 = get_kernel("sample", "scaled_axpy_f32", SCALE="2.0f")
+    k2 = get_function("sample", "scaled_axpy_f32", SCALE="2.0f")
     dx, dy = cupy.asarray(x), cupy.asarray(y)
     k2((64,), (256,), (dx, dy, np.float32(3.0), np.int64(n)))
     expected = np.float32(2.0) * (np.float32(3.0) * x + y)  # float32, as the kernel computes
@@ -60,6 +60,19 @@ def test_sample_kernel_loads_runs_and_is_memoized(rng):
     # memoized per define set: same object back, a different define compiles anew
     assert load_module("sample", SCALE="2.0f") is load_module("sample", SCALE="2.0f")
     assert load_module("sample", SCALE="1.0f") is not load_module("sample", SCALE="2.0f")
+    assert get_function("sample", "scaled_axpy_f32", SCALE="2.0f") is k2
+
+
+@pytest.mark.cuda
+def test_get_function_keys_on_define_types_and_template_ids():
+    # 2 and 2.0 compare equal in Python but are different C literals: two compilations
+    a = get_function("sample", "scaled_axpy_f32", SCALE=2)
+    b = get_function("sample", "scaled_axpy_f32", SCALE=2.0)
+    assert a is not b
+    # a template-id is compiled as that one instantiation and memoized like any name
+    g = get_function("gemv", "gemv_t_flat<float>")
+    assert get_function("gemv", "gemv_t_flat<float>") is g
+    assert get_function("gemv", "gemv_t_flat<double>") is not g
 
 
 # ---------------------------------------------------------------- the one grid barrier

@@ -1,13 +1,21 @@
 """The one kernel loader.
 
 CUDA sources live next to this file as ``<family>.cu`` (package data). They are
-read as text and compiled with ``cupy.RawModule``; compiled modules are memoized
-per device and per set of compile-time ``#define``\\ s, so each (family, defines,
-device) combination is compiled once per process (and CuPy's on-disk cache makes
-later processes cheap).
+read as text and compiled with ``cupy.RawModule``. There is one way to ask for a
+kernel: :func:`get_function` ``(family, name, **defines)``.
 
-Estimators must never store a module or kernel on ``self`` (it does not pickle):
-call :func:`get_kernel` where the kernel is launched.
+* ``name`` is the kernel's name; a templated kernel is asked for by its template-id,
+  e.g. ``get_function("gemv", "gemv_rows<float,32,true>")`` (type and variant
+  choices are template arguments).
+* ``defines`` are compile-time constants that size arrays or unroll loops (a
+  stencil radius, a class count); they are prepended as ``#define KEY VALUE``.
+
+Each (device, family, defines, options, name) is compiled once per process and
+memoized (CuPy's on-disk cache makes later processes cheap); a repeated call costs
+one dictionary lookup, so callers need no cache of their own. Estimators must never
+store a module or kernel on ``self`` (it does not pickle): call :func:`get_function`
+where the kernel is launched. :mod:`._launch` holds the cached driver launch
+records for calls where Python launch overhead matters.
 """
 
 from __future__ import annotations
@@ -27,13 +35,14 @@ __all__ = [
     "load_source",
     "render_defines",
     "load_module",
-    "get_kernel",
+    "get_function",
     "clear_cache",
     "check_barrier_error",
 ]
 
 _DEFAULT_OPTIONS = ("--std=c++17",)
-_cache: dict = {}
+_cache: dict = {}  # (device, family, defines, options, template-id or None) -> RawModule
+_functions: dict = {}  # (device, family, name, defines, options) -> RawKernel
 _lock = threading.Lock()
 
 
@@ -87,53 +96,76 @@ def render_defines(defines: dict) -> str:
     return "\n".join(lines) + ("\n" if lines else "")
 
 
-def load_module(name: str, *, options=(), name_expressions=None, **defines):
-    """Compile (once) and return the ``cupy.RawModule`` for kernel family ``name``.
-
-    Parameters
-    ----------
-    name : str
-        Family name: the stem of ``_kernels/<name>.cu``.
-    options : tuple of str
-        Extra NVRTC options.
-    name_expressions : sequence of str, optional
-        Template instantiations to compile (``RawModule(name_expressions=...)``).
-    **defines
-        Compile-time constants, prepended as ``#define KEY VALUE``.
-    """
-    cupy = get_cupy()
-    device_id = cupy.cuda.Device().id
-    key = (
-        device_id,
-        name,
-        tuple(sorted((k, _define_value(v)) for k, v in defines.items())),
-        tuple(options),
-        tuple(name_expressions) if name_expressions else None,
-    )
+def _module(device_id, name, defines_key, options, instance):
+    key = (device_id, name, defines_key, options, instance)
     with _lock:
         mod = _cache.get(key)
         if mod is None:
-            code = render_defines(defines) + load_source(name) + f"\n// headers {headers_digest()}\n"
+            cupy = get_cupy()
+            code = render_defines(dict(defines_key)) + load_source(name) + f"\n// headers {headers_digest()}\n"
             opts = _DEFAULT_OPTIONS + (f"-I{kernel_dir()}",) + tuple(options)
             kwargs = {"code": code, "options": opts}
-            if name_expressions:
-                kwargs["name_expressions"] = list(name_expressions)
+            if instance is not None:
+                kwargs["name_expressions"] = [instance]
             mod = cupy.RawModule(**kwargs)
             mod.compile()  # surface compile errors here, not at first launch
             _cache[key] = mod
     return mod
 
 
-def get_kernel(name: str, function: str, *, options=(), name_expressions=None, **defines):
-    """Return the kernel ``function`` of family ``name`` (see :func:`load_module`)."""
-    mod = load_module(name, options=options, name_expressions=name_expressions, **defines)
-    return mod.get_function(function)
+def load_module(name: str, *, options=(), **defines):
+    """Compile (once) and return the ``cupy.RawModule`` of family ``name`` (no template instances).
+
+    Most callers want :func:`get_function`; this is for tests and tools that list a
+    family's ``extern "C"`` kernels.
+    """
+    device_id = get_cupy().cuda.runtime.getDevice()
+    dkey = tuple(sorted((k, _define_value(v)) for k, v in defines.items()))
+    return _module(device_id, name, dkey, tuple(options), None)
+
+
+def get_function(family: str, name: str, *, options=(), **defines):
+    """The compiled kernel ``name`` of ``_kernels/<family>.cu`` on the current device.
+
+    Parameters
+    ----------
+    family : str
+        Stem of the source file, e.g. ``"dtcnn"``.
+    name : str
+        An ``extern "C"`` kernel name, or a template-id such as
+        ``"gemv_rows<float,32,true>"`` (compiled as that one instantiation).
+    options : tuple of str
+        Extra NVRTC options.
+    **defines
+        Compile-time constants, prepended as ``#define KEY VALUE`` (bool, int, float
+        or a one-line str).
+
+    Returns
+    -------
+    cupy.RawKernel
+        Memoized per device, family, defines, options and name.
+    """
+    device_id = get_cupy().cuda.runtime.getDevice()
+    options = tuple(options)
+    # the type is part of the key: 1, 1.0 and True compare equal but render differently
+    dkey = tuple(sorted((k, v, type(v)) for k, v in defines.items())) if defines else ()
+    fkey = (device_id, family, name, dkey, options)
+    fn = _functions.get(fkey)
+    if fn is None:
+        dkey = tuple((k, _define_value(v)) for k, v, _t in dkey)
+        instance = name if "<" in name else None
+        mod = _module(device_id, family, dkey, tuple(options), instance)
+        fn = mod.get_function(name)
+        with _lock:
+            _functions[fkey] = fn
+    return fn
 
 
 def clear_cache():
     """Forget every compiled module (tests use this)."""
     with _lock:
         _cache.clear()
+        _functions.clear()
 
 
 def check_barrier_error(err_buf, what):
@@ -151,3 +183,7 @@ def check_barrier_error(err_buf, what):
             f"{what}: grid barrier timed out: the persistent kernel's blocks were not all "
             "resident; is another workload using the GPU?"
         )
+
+
+def get_kernel(name, function, *, options=(), name_expressions=None, **defines):  # TRANSITIONAL
+    return get_function(name, function, options=options, **defines)
