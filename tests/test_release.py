@@ -1,0 +1,92 @@
+"""Release basics: the private scikit-learn APIs we rely on, licence, citation, typing marker."""
+
+import ast
+import importlib
+import pathlib
+import re
+
+import pytest
+
+import sknn_gpu
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PKG = ROOT / "sknn_gpu"
+
+
+def _private_sklearn_imports():
+    """Every ``from sklearn... import _name`` (or import from a private sklearn module) in sknn_gpu."""
+    found = set()
+    for path in PKG.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("sklearn"):
+                private_module = any(part.startswith("_") for part in node.module.split("."))
+                for alias in node.names:
+                    if private_module or alias.name.startswith("_"):
+                        found.add((node.module, alias.name))
+    return sorted(found)
+
+
+PRIVATE = _private_sklearn_imports()
+
+
+def test_the_private_api_scan_finds_what_we_know_we_use():
+    names = {name for _mod, name in PRIVATE}
+    assert {"_fit_context", "StrOptions", "_check_partial_fit_first_call"} <= names
+
+
+@pytest.mark.parametrize("module,name", PRIVATE, ids=lambda v: str(v))
+def test_private_sklearn_api_still_exists(module, name):
+    """The upper bound on scikit-learn in pyproject.toml is raised only when this passes."""
+    mod = importlib.import_module(module)
+    assert hasattr(mod, name), f"{module}.{name} is gone from this scikit-learn"
+
+
+def test_private_sklearn_api_behaves_as_we_use_it():
+    import numbers
+
+    import numpy as np
+    from sklearn.utils._param_validation import Interval, StrOptions, validate_params
+    from sklearn.utils.multiclass import _check_partial_fit_first_call
+
+    @validate_params(
+        {"a": [Interval(numbers.Integral, 1, None, closed="left")], "b": [StrOptions({"x"})]},
+        prefer_skip_nested_validation=True,
+    )
+    def f(a, b):
+        return a
+
+    assert f(2, "x") == 2
+    with pytest.raises(ValueError, match="'a' parameter"):
+        f(0, "x")
+
+    class Est:
+        pass
+
+    est = Est()
+    assert _check_partial_fit_first_call(est, np.array([0, 1])) is True
+    assert _check_partial_fit_first_call(est, None) is False
+
+
+def test_scikit_learn_bound_in_pyproject_admits_the_installed_version():
+    import sklearn
+
+    text = (ROOT / "pyproject.toml").read_text()
+    m = re.search(r'"scikit-learn>=([\d.]+),<([\d.]+)"', text)
+    assert m, "scikit-learn needs a lower and an upper bound (private APIs)"
+    ver = tuple(int(p) for p in re.findall(r"\d+", sklearn.__version__)[:2])
+    lo = tuple(int(p) for p in m.group(1).split("."))[:2]
+    hi = tuple(int(p) for p in m.group(2).split("."))[:2]
+    assert lo <= ver < hi
+
+
+def test_license_citation_changelog_and_typing_marker():
+    yaml = pytest.importorskip("yaml")
+    assert "BSD 3-Clause" in (ROOT / "LICENSE").read_text()
+    cff = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert cff["version"] == sknn_gpu.__version__
+    assert len(cff["references"]) >= 6  # the seed papers behind the six estimators
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert f"## [{sknn_gpu.__version__}]" in changelog
+    assert (PKG / "py.typed").is_file()
+    assert '"sknn_gpu" = ["py.typed"]' in (ROOT / "pyproject.toml").read_text()
