@@ -7,6 +7,7 @@ usable. Importing this package never imports CuPy.
 
 __version__ = "0.1.0"
 
+from ._backend import InsufficientMemoryError, config_context, get_config, set_config  # noqa: E402
 from .fly import FlyHashTransformer, FlyNNClassifier  # noqa: E402
 from .halftone import DTCNNHalftoner  # noqa: E402
 from .memory import GBNNMemory  # noqa: E402
@@ -15,6 +16,10 @@ from .sparse import SparseNetRegressor  # noqa: E402
 
 __all__ = [
     "__version__",
+    "InsufficientMemoryError",
+    "config_context",
+    "get_config",
+    "set_config",
     "DTCNNHalftoner",
     "FlyHashTransformer",
     "FlyNNClassifier",

@@ -10,6 +10,8 @@ function here needs it.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import importlib
 import os
@@ -35,6 +37,10 @@ __all__ = [
     "to_device",
     "to_host",
     "same_type_as_input",
+    "OUTPUT_TYPES",
+    "get_config",
+    "set_config",
+    "config_context",
     "free_memory",
     "check_memory",
     "synchronize",
@@ -249,15 +255,75 @@ def to_host(x):
     return np.asarray(x)
 
 
-def same_type_as_input(result, reference):
-    """Make ``result`` the same kind of array as ``reference`` (cuML-style output type).
+#: What estimator outputs are converted to: ``'input'`` (follow the input), ``'numpy'`` or ``'cupy'``.
+OUTPUT_TYPES = ("input", "numpy", "cupy")
+# holds a dict that is replaced, never mutated, so a context's value cannot leak into another
+_config = contextvars.ContextVar("sknn_gpu_config", default={"output_type": "input"})
 
-    NumPy in gives NumPy out; CuPy in gives CuPy out. Tuples and lists are converted
-    element by element.
+
+def get_config() -> dict:
+    """The current sknn_gpu configuration (``{'output_type': ...}``) of this thread/context."""
+    return dict(_config.get())
+
+
+def _check_output_type(output_type):
+    if output_type not in OUTPUT_TYPES:
+        raise ValueError(f"output_type must be one of {OUTPUT_TYPES}, got {output_type!r}.")
+    return output_type
+
+
+def set_config(output_type=None) -> None:
+    """Set sknn_gpu's configuration for the current thread/context.
+
+    Parameters
+    ----------
+    output_type : {'input', 'numpy', 'cupy'}, optional
+        What estimators return: ``'input'`` (default) follows the input array type
+        (NumPy in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host
+        arrays (handy for a GPU-fitted model feeding plotting or pandas code);
+        ``'cupy'`` always returns device arrays (needs CuPy and a GPU).
+    """
+    cfg = get_config()
+    if output_type is not None:
+        cfg["output_type"] = _check_output_type(output_type)
+    _config.set(cfg)
+
+
+@contextlib.contextmanager
+def config_context(*, output_type=None):
+    """Temporarily change sknn_gpu's configuration (see :func:`set_config`).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sknn_gpu import FlyHashTransformer, config_context
+    >>> X = np.random.default_rng(0).random((20, 8))
+    >>> hasher = FlyHashTransformer(n_components=64, k=4, device="cpu").fit(X)
+    >>> with config_context(output_type="numpy"):
+    ...     codes = hasher.transform(X)
+    >>> type(codes).__module__.split(".")[0] in ("numpy", "scipy")
+    True
+    """
+    token = _config.set(_config.get())
+    try:
+        set_config(output_type=output_type)
+        yield
+    finally:
+        _config.reset(token)
+
+
+def same_type_as_input(result, reference):
+    """Convert an estimator's ``result`` to its output type (cuML-style).
+
+    By default the output follows ``reference``, the input: NumPy in gives NumPy out;
+    CuPy in gives CuPy out. Under ``config_context(output_type='numpy'|'cupy')`` the
+    output is always that type instead. Tuples and lists are converted element by
+    element. Estimators pass every returned array through here, and nothing else.
     """
     if isinstance(result, (tuple, list)):
         return type(result)(same_type_as_input(r, reference) for r in result)
-    if is_device_array(reference):
+    output_type = _config.get()["output_type"]
+    if output_type == "cupy" or (output_type == "input" and is_device_array(reference)):
         return to_device(result, "cuda")
     return to_host(result)
 

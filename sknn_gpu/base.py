@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 from sklearn.utils._param_validation import StrOptions
 
-from . import _backend
+from . import __version__, _backend
 from ._backend import (
     array_module,
     cuda_available,
@@ -19,6 +19,9 @@ from ._backend import (
 )
 
 __all__ = ["DeviceMixin", "host_state", "device_state"]
+
+#: key of the sknn_gpu version stamped into every pickle (beside scikit-learn's own)
+_VERSION_KEY = "_sknn_gpu_version"
 
 
 def _map_arrays(obj, fn):
@@ -56,6 +59,7 @@ class DeviceMixin:
       ``DeviceMixin._device_constraints`` into the estimator's own dict).
     * ``_resolve_device()`` is called once in ``fit`` and stores ``device_``
       ('cpu' or 'cuda').
+    * Pickles carry the sknn_gpu version; loading one from another version warns.
     * Pickling converts every CuPy array in the instance state (at any nesting
       depth in lists/dicts/tuples) to NumPy, so a model fitted on a GPU loads on a
       CPU-only machine. Transient caches named in ``_transient_attributes``
@@ -144,10 +148,21 @@ class DeviceMixin:
         state = dict(state)
         for key in self._transient_attributes:
             state.pop(key, None)
-        return {key: host_state(value) for key, value in state.items()}
+        state = {key: host_state(value) for key, value in state.items()}
+        state[_VERSION_KEY] = __version__
+        return state
 
     def __setstate__(self, state):
         state = dict(state)
+        pickled = state.pop(_VERSION_KEY, None)
+        if pickled is not None and pickled != __version__:
+            warnings.warn(
+                f"{type(self).__name__} was pickled with sknn_gpu {pickled} and is loaded with "
+                f"sknn_gpu {__version__}; it may not work or give the same results. Refit it, or "
+                f"load it with sknn_gpu {pickled}.",
+                UserWarning,
+                stacklevel=2,
+            )
         if state.get("device_") == "cuda":
             if cuda_available():
                 for key in list(state):

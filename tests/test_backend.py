@@ -3,12 +3,14 @@
 import pickle
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator
 
+import sknn_gpu
 from sknn_gpu import _backend
 from sknn_gpu._backend import (
     InsufficientMemoryError,
@@ -218,6 +220,54 @@ def test_model_fitted_on_gpu_loads_on_cpu_box(no_cupy, rng):
     np.testing.assert_allclose(est2.mean_, X.mean(axis=0))
 
 
+def test_pickles_carry_the_version_and_warn_when_it_differs(rng):
+    from sknn_gpu.base import _VERSION_KEY
+
+    est = _Toy(device="cpu").fit(rng.standard_normal((5, 2)))
+    state = est.__getstate__()
+    assert state[_VERSION_KEY] == sknn_gpu.__version__
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # same version: no warning
+        pickle.loads(pickle.dumps(est))
+    state[_VERSION_KEY] = "0.0.1"
+    other = _Toy.__new__(_Toy)
+    with pytest.warns(UserWarning, match="pickled with sknn_gpu 0.0.1"):
+        other.__setstate__(state)
+    assert _VERSION_KEY not in other.__dict__
+    np.testing.assert_array_equal(other.mean_, est.mean_)
+
+
+def test_helpers_below_estimators_refuse_an_unresolved_device():
+    for fn in (get_xp, lambda d: to_device(np.ones(2), d), free_memory):
+        with pytest.raises(ValueError, match="resolved device"):
+            fn("auto")
+
+
+def test_config_context_sets_output_type_and_restores_it():
+    x = np.arange(3.0)
+    assert sknn_gpu.get_config() == {"output_type": "input"}
+    with sknn_gpu.config_context(output_type="numpy"):
+        assert sknn_gpu.get_config()["output_type"] == "numpy"
+        assert isinstance(same_type_as_input([1.0, 2.0], x), list)
+        assert isinstance(same_type_as_input(np.ones(2), x), np.ndarray)
+        with sknn_gpu.config_context(output_type="input"):
+            assert sknn_gpu.get_config()["output_type"] == "input"
+        assert sknn_gpu.get_config()["output_type"] == "numpy"
+    assert sknn_gpu.get_config() == {"output_type": "input"}
+    with pytest.raises(ValueError, match="output_type must be one of"):
+        with sknn_gpu.config_context(output_type="torch"):
+            pass
+    assert sknn_gpu.get_config() == {"output_type": "input"}
+
+
+def test_public_device_module_names_the_backend_helpers():
+    from sknn_gpu import device
+
+    for name in device.__all__:
+        assert getattr(device, name) is getattr(_backend, name)
+    assert device.resolve_device("cpu") == "cpu"
+
+
 def test_invalid_device_param_is_rejected():
     with pytest.raises(ValueError, match="device"):
         _Toy(device="tpu").fit(np.ones((3, 2)))
@@ -239,7 +289,15 @@ def test_cuda_round_trip_and_output_type(rng):
     np.testing.assert_array_equal(to_host(ds).toarray(), s.toarray())
     assert resolve_device("auto") == "cuda"
     assert _backend.array_module(d) is cupy and _backend.array_module(x) is np
-    assert _backend.sm_count() == cupy.cuda.Device().attributes["MultiProcessorCount"] > 0
+    lim = _backend.device_limits()
+    assert lim.sm_count == cupy.cuda.Device().attributes["MultiProcessorCount"] > 0
+    assert _backend.device_limits() is lim  # memoized
+    assert lim.smem_per_block_optin >= lim.smem_per_block > 0 and lim.n_devices >= 1
+    # output_type: 'numpy' and 'cupy' override the input's type
+    with sknn_gpu.config_context(output_type="numpy"):
+        assert isinstance(same_type_as_input(cupy.ones(3), d), np.ndarray)
+    with sknn_gpu.config_context(output_type="cupy"):
+        assert isinstance(same_type_as_input(np.ones(3), x), cupy.ndarray)
     assert free_memory("cuda") > 0
     with pytest.raises(InsufficientMemoryError, match="on cuda"):
         check_memory(10 * free_memory("cuda"), "cuda")
