@@ -15,6 +15,7 @@ import contextvars
 import functools
 import importlib
 import os
+from types import MappingProxyType
 from typing import NamedTuple
 
 import numpy as np
@@ -257,8 +258,8 @@ def to_host(x):
 
 #: What estimator outputs are converted to: ``'input'`` (follow the input), ``'numpy'`` or ``'cupy'``.
 OUTPUT_TYPES = ("input", "numpy", "cupy")
-# holds a dict that is replaced, never mutated, so a context's value cannot leak into another
-_config = contextvars.ContextVar("sknn_gpu_config", default={"output_type": "input"})
+# holds a read-only mapping that is replaced, never mutated, so no context leaks into another
+_config = contextvars.ContextVar("sknn_gpu_config", default=MappingProxyType({"output_type": "input"}))
 
 
 def get_config() -> dict:
@@ -286,7 +287,7 @@ def set_config(output_type=None) -> None:
     cfg = get_config()
     if output_type is not None:
         cfg["output_type"] = _check_output_type(output_type)
-    _config.set(cfg)
+    _config.set(MappingProxyType(cfg))
 
 
 @contextlib.contextmanager
