@@ -102,7 +102,9 @@ def _module(device_id, name, defines_key, options, instance):
         mod = _cache.get(key)
         if mod is None:
             cupy = get_cupy()
-            code = render_defines(dict(defines_key)) + load_source(name) + f"\n// headers {headers_digest()}\n"
+            code = (
+                render_defines(dict(defines_key)) + load_source(name) + f"\n// headers {headers_digest()}\n"
+            )
             opts = _DEFAULT_OPTIONS + (f"-I{kernel_dir()}",) + tuple(options)
             kwargs = {"code": code, "options": opts}
             if instance is not None:
