@@ -26,7 +26,7 @@ from _harness import Table, environment_header, floor_seconds, fmt_time, parse_a
 
 from sknn_gpu._backend import cuda_available
 from sknn_gpu.halftone import DTCNNHalftoner, bayer_matrix
-from sknn_gpu.halftone import _dtcnn as dt
+from sknn_gpu.halftone import _dtcnn_cuda as dtc
 from sknn_gpu.metrics import hvs_psnr
 
 
@@ -67,22 +67,12 @@ def quality(img, out):
 
 
 def sweeps_only(ht, dimg):
-    """A callable running only the GPU sweeps (``_async_gpu``) on a prepared state."""
-    import cupy as cp
-
-    tm, m = ht.templates_, int(ht.levels)
-    stk = dimg[None]
-    U = dt._quantise_input(stk, cp)
-    Zu = ((m - 1) * (U - 512)).astype(np.int32)
-    defines = dt._gpu_defines(tm["radius"], m, stk.shape)
-    A_dev = cp.asarray(tm["A_int"].ravel(), dtype=cp.int32)
-    b = dt._conv_gpu(Zu, tm["B_int"], False, tm["T_int"], defines)
-    Z0 = Zu.astype(cp.int16)
-    a_c = int(tm["A_int"][tm["radius"], tm["radius"]])
+    """A callable running only the GPU sweeps (``_dtcnn_cuda._sweeps``) on a prepared state."""
+    net = dtc.prepare(dimg[None], ht.templates_, int(ht.levels), ht.boundary, None)
     first = ht._first_spacing()
 
     def run():
-        return dt._async_gpu(Z0.copy(), b, A_dev, tm["gain_int"], a_c, ht.max_iter, defines, first)
+        return dtc._sweeps(net.Z.copy(), net.b, net.A_dev, net.gain, net.a_c, ht.max_iter, net.defines, first)
 
     return run
 
@@ -155,7 +145,7 @@ def main(argv=None):
             if out_cpu is not None:
                 assert np.array_equal(out_gpu.get(), out_cpu), "CPU and GPU halftones differ"
             for schedule in ("rows", "fused", "per_class"):
-                dt.GPU_SCHEDULE = schedule
+                dtc.GPU_SCHEDULE = schedule
                 t_ev = time_gpu(lambda: ht_gpu.transform(dimg), repeat=10, warmup=2)
                 t0 = time.perf_counter()
                 out_s = ht_gpu.transform(dimg)
@@ -170,20 +160,20 @@ def main(argv=None):
                     f"{ht_gpu.n_iter_} sweeps, r={r}; call {fmt_time(t_call)}",
                 )
                 summary.append((label, schedule, t_ev))
-            dt.GPU_SCHEDULE = "auto"
+            dtc.GPU_SCHEDULE = "auto"
             for name, value, what in (
                 ("_ROWS_CPT2_MAX_WIDTH", 0, "4 columns per thread"),
                 ("_ROWS_CPT2_MAX_WIDTH", 10**6, "2 columns per thread"),
                 ("_ROWS_BLOCKS_PER_SM", 2, "at most 2 blocks per SM"),
                 ("_ROWS_BLOCKS_PER_SM", 1, "at most 1 block per SM"),
             ):
-                saved = getattr(dt, name)
-                setattr(dt, name, value)
+                saved = getattr(dtc, name)
+                setattr(dtc, name, value)
                 try:
                     assert cp.array_equal(ht_gpu.transform(dimg), out_gpu)
                     t_v = time_gpu(lambda: ht_gpu.transform(dimg), repeat=10, warmup=2)
                 finally:
-                    setattr(dt, name, saved)
+                    setattr(dtc, name, saved)
                 rows.add(f"ours rows, {what}", "cuda", t_v, "same bits", f"{name}={value}")
             t_sw = time_gpu(sweeps_only(ht_gpu, dimg), repeat=10, warmup=2)
             rows.add(
@@ -191,7 +181,7 @@ def main(argv=None):
                 "cuda",
                 t_sw,
                 "",
-                "_async_gpu on a prepared state (state copy included)",
+                "_dtcnn_cuda._sweeps on a prepared state (state copy included)",
             )
             for label_x, params_x in (
                 ("first_sweep_spacing=48", {"first_sweep_spacing": 48}),

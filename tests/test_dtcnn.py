@@ -7,9 +7,11 @@ import pytest
 import scipy.sparse as sp
 from scipy import ndimage
 
-import sknn_gpu.halftone._dtcnn as dt
+import sknn_gpu.halftone._dtcnn_cpu as cpu_engine
+import sknn_gpu.halftone._dtcnn_cuda as dtc
 from sknn_gpu import cli
 from sknn_gpu.halftone import DTCNNHalftoner, bayer_matrix
+from sknn_gpu.halftone._fixed_point import input_state, state_energy2
 from sknn_gpu.halftone._templates import build_templates, gaussian_q
 from sknn_gpu.metrics import hvs_psnr
 
@@ -39,11 +41,10 @@ def fixed_point_violations(ht, img):
         out /= 255.0
     k = np.rint(out * (m - 1)).astype(np.int64)[None]
     Z = 512 * (2 * k - (m - 1))
-    U = dt._quantise_input(np.asarray(img)[None], np)
-    Zu = (m - 1) * (U.astype(np.int64) - 512)
-    b = dt._conv_cpu(Zu, tm["B_int"], reflect=ht.boundary == "reflect", offset=tm["T_int"])
-    x = dt._conv_cpu(Z, tm["A_int"], reflect=False) + b
-    return int(np.sum(dt._decide_cpu(x, Z, tm["gain_int"], m) != Z))
+    _, Zu = input_state(np.asarray(img)[None], m, np)
+    b = cpu_engine.conv(Zu, tm["B_int"], reflect=ht.boundary == "reflect", offset=tm["T_int"])
+    x = cpu_engine.conv(Z, tm["A_int"]) + b
+    return int(np.sum(cpu_engine.decide(x, Z, tm["gain_int"], m) != Z))
 
 
 # ------------------------------------------------------------------------ dynamics
@@ -76,14 +77,9 @@ def test_energy_trace_matches_direct_evaluation(rng):
     tm, m = ht.templates_, ht.levels
     k = np.rint(ht.transform(img) * (m - 1)).astype(np.int64)[None]
     Z = 512 * (2 * k - (m - 1))
-    U = dt._quantise_input(img[None], np)
-    Zu = ((m - 1) * (U - 512)).astype(np.int32)
-    b = dt._conv_cpu(Zu, tm["B_int"], reflect=False)
-
-    def conv(V, T):
-        return dt._conv_cpu(V, T, reflect=False)
-
-    e2 = dt._energy2(Z, Zu, b, tm["A_int"], tm["gain_int"], np, conv)[0]
+    _, Zu = input_state(img[None], m, np)
+    b = cpu_engine.conv(Zu, tm["B_int"])
+    e2 = state_energy2(Z, Zu, b, tm["A_int"], tm["gain_int"], cpu_engine.conv)[0]
     scale = 2.0 * tm["scale"] * (512.0 * (m - 1)) ** 2
     assert ht.energy_[-1] == pytest.approx(e2 / scale, rel=1e-12)
     # for the Gaussian template the energy is half the squared filtered error
@@ -330,7 +326,7 @@ CASES = [
 @pytest.mark.parametrize("schedule", ["rows", "fused", "per_class"])
 @pytest.mark.parametrize("params", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_cpu_and_gpu_are_bit_identical(params, schedule, rng, monkeypatch):
-    monkeypatch.setattr(dt, "GPU_SCHEDULE", schedule)
+    monkeypatch.setattr(dtc, "GPU_SCHEDULE", schedule)
     batch = np.stack([smooth_image(rng, (45, 67)) for _ in range(3)])
     cpu = DTCNNHalftoner(device="cpu", **params).fit(batch)
     gpu = DTCNNHalftoner(device="cuda", **params).fit(batch)
@@ -348,13 +344,14 @@ def test_row_schedule_with_many_staging_chunks_and_blocks(params, cpt2_width, rn
     # A tiny staging buffer splits every row into several column chunks; pretending
     # the GPU has one SM leaves at most 4 blocks, so each block loops over many rows
     # of a class-row group (a batch of 5 images); both column-per-thread variants.
-    monkeypatch.setattr(dt, "GPU_SCHEDULE", "rows")
-    monkeypatch.setattr(dt, "_ROWS_STAGE_VALUES", 600)
-    monkeypatch.setattr(dt, "_ROWS_CPT2_MAX_WIDTH", cpt2_width)
-    monkeypatch.setattr(dt, "sm_count", lambda: 1)
+    monkeypatch.setattr(dtc, "GPU_SCHEDULE", "rows")
+    monkeypatch.setattr(dtc, "_ROWS_STAGE_VALUES", 600)
+    monkeypatch.setattr(dtc, "_ROWS_CPT2_MAX_WIDTH", cpt2_width)
+    one_sm = dtc.device_limits()._replace(sm_count=1)
+    monkeypatch.setattr(dtc, "device_limits", lambda: one_sm)
     batch = np.stack([smooth_image(rng, (61, 203)) for _ in range(5)])
     r = DTCNNHalftoner(device="cpu", **params).fit(batch[:1, :8, :8]).templates_["radius"]
-    assert dt._rows_layout(203, r)[0] < 203
+    assert dtc._rows_layout(203, r)[0] < 203
     cpu = DTCNNHalftoner(device="cpu", **params).fit(batch)
     gpu = DTCNNHalftoner(device="cuda", **params).fit(batch)
     np.testing.assert_array_equal(cpu.transform(batch), gpu.transform(batch))
@@ -366,11 +363,11 @@ def test_row_schedule_layout_fits_and_falls_back():
     # The row kernel's shared memory stays under its ceiling for the widths it takes;
     # wider images go to the class-pass schedules.
     for r in (1, 4, 16):
-        assert dt._rows_fit(4000, r)
-        chunk, smem = dt._rows_layout(4000, r)
-        assert chunk % 4 == 0 and smem <= dt._ROWS_SMEM_MAX
-    assert dt._rows_fit(4096, 4) and not dt._rows_fit(8192, 4)
-    assert dt._rows_layout(10, 4)[0] == 12  # one chunk covering the row
+        assert dtc._rows_fit(4000, r)
+        chunk, smem = dtc._rows_layout(4000, r)
+        assert chunk % 4 == 0 and smem <= dtc._ROWS_SMEM_MAX
+    assert dtc._rows_fit(4096, 4) and not dtc._rows_fit(8192, 4)
+    assert dtc._rows_layout(10, 4)[0] == 12  # one chunk covering the row
 
 
 @pytest.mark.cuda

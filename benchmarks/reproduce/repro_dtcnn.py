@@ -30,7 +30,7 @@ from _harness import time_cpu, time_gpu  # noqa: E402
 from bench_dtcnn import bayer, floyd_steinberg  # noqa: E402
 
 from sknn_gpu.halftone import DTCNNHalftoner  # noqa: E402
-from sknn_gpu.halftone import _dtcnn as dt  # noqa: E402
+from sknn_gpu.halftone import _dtcnn_cuda as dtc  # noqa: E402
 from sknn_gpu.metrics import hvs_psnr  # noqa: E402
 
 TITLE = "DT-CNN halftoning (Tanaka & Tanji, asynchronous DT-CNN on GPU)"
@@ -168,14 +168,14 @@ def timing_table(args, side, img):
         dimg = cp.asarray(img)
         same = bool(np.array_equal(ht.fit_transform(dimg).get(), ref))
         assert same, f"CPU and GPU halftones differ at {side}^2"
-        saved = dt.GPU_SCHEDULE
+        saved = dtc.GPU_SCHEDULE
         try:
             for schedule, what in (
                 ("rows", "one persistent launch, grid barriers only between class rows"),
                 ("fused", "one persistent launch, grid barrier between colour classes"),
                 ("per_class", "one launch per colour class"),
             ):
-                dt.GPU_SCHEDULE = schedule
+                dtc.GPU_SCHEDULE = schedule
                 t_ev = time_gpu(lambda: ht.transform(dimg), repeat=20, warmup=2)
                 rows.append(
                     {
@@ -187,7 +187,7 @@ def timing_table(args, side, img):
                         "differs because": f"H100 vs {PAPER_HW}; bits equal to the CPU row: {same}",
                     }
                 )
-            dt.GPU_SCHEDULE = "auto"
+            dtc.GPU_SCHEDULE = "auto"
 
             def host_call():
                 ht.transform(img)  # NumPy in, NumPy out: includes both copies
@@ -204,7 +204,7 @@ def timing_table(args, side, img):
                 }
             )
         finally:
-            dt.GPU_SCHEDULE = saved
+            dtc.GPU_SCHEDULE = saved
     else:
         rows.append(
             {

@@ -1,4 +1,4 @@
-// DT-CNN halftoning kernels (issue 6). Integer arithmetic throughout, so the
+// DT-CNN halftoning kernels. Integer arithmetic throughout, so the
 // GPU reproduces the NumPy reference bit for bit. Fixed-point conventions are
 // documented in sknn_gpu/halftone/_templates.py:
 //   Z  (int16)  cell outputs, level k held as 512 * (2k - (LEVELS - 1))
@@ -106,15 +106,22 @@ extern "C" __global__ void conv_int(const int* __restrict__ V, const int* __rest
     out[(size_t)n * H * W + (size_t)i * W + j] = acc;
 }
 
-// Block-wide sum of (flips, 2*dE) committed with one atomic per block.
-__device__ __forceinline__ void commit_counts(int f, i64 d, int* flip_slot, u64* de_slot,
-                                              int* total_slot, int* s_f, i64* s_d)
+// Block-wide sum of (flips, 2 dE) committed with one atomic per counter per block: the one
+// commit of every kernel below. NW: warps per block. WARP_SUM: first sum the 32 lanes of
+// each warp (false where only lane 0 of each warp holds values: the one-warp-per-cell
+// sparse sweep). tid: the thread's linear index in the block (an int, or threadIdx.x
+// itself). Every thread of the block must call it (block barriers inside). Integer sums:
+// the order never changes the result.
+template <int NW, bool WARP_SUM, typename Tid>
+__device__ __forceinline__ void commit_counts(int f, i64 d, const Tid tid, int* flip_slot,
+                                              u64* de_slot, int* total_slot, int* s_f, i64* s_d)
 {
-    for (int o = 16; o > 0; o >>= 1) {
-        f += __shfl_down_sync(0xffffffffu, f, o);
-        d += __shfl_down_sync(0xffffffffu, d, o);
+    if constexpr (WARP_SUM) {
+        for (int o = 16; o > 0; o >>= 1) {
+            f += __shfl_down_sync(0xffffffffu, f, o);
+            d += __shfl_down_sync(0xffffffffu, d, o);
+        }
     }
-    const int tid = threadIdx.y * TX + threadIdx.x;
     if ((tid & 31) == 0) {
         s_f[tid >> 5] = f;
         s_d[tid >> 5] = d;
@@ -123,7 +130,7 @@ __device__ __forceinline__ void commit_counts(int f, i64 d, int* flip_slot, u64*
     if (tid == 0) {
         int ft = 0;
         i64 dt = 0;
-        for (int w = 0; w < NWARPS; ++w) {
+        for (int w = 0; w < NW; ++w) {
             ft += s_f[w];
             dt += s_d[w];
         }
@@ -134,6 +141,41 @@ __device__ __forceinline__ void commit_counts(int f, i64 d, int* flip_slot, u64*
         }
     }
     __syncthreads();
+}
+
+// Count one cell whose output changed from zcur to znew (state x): one flip and its exact
+// energy change 2 dE, accumulated per thread into (my_f, my_d) for commit_counts.
+__device__ __forceinline__ void count_flip(const i64 x, const int zcur, const int znew, const i64 gain,
+                                           const int a_c, int& my_f, i64& my_d)
+{
+    const i64 dz = (i64)(znew - zcur);
+    const i64 sz = (i64)(znew + zcur);
+    my_f += 1;
+    my_d += (gain - (i64)a_c) * dz * sz - 2 * (x - (i64)a_c * zcur) * dz;
+}
+
+// Whether image n may still change in sweep s (s == 0, or its previous sweep flipped a
+// cell): read by thread 0 and broadcast to the block (uniform per block). s_go is a
+// __shared__ slot the next tile or row rewrites, hence the second barrier.
+__device__ __forceinline__ int image_active(const int tid, const int* flips, const int n, const int s,
+                                            const int max_iter, int& s_go)
+{
+    if (tid == 0) s_go = (s == 0) || (__ldcg(flips + n * max_iter + s - 1) != 0);
+    __syncthreads();
+    const int go = s_go;
+    __syncthreads();  // s_go is rewritten by the next tile / row
+    return go;
+}
+
+// Whether sweep s changed any cell of any image, broadcast from thread 0. Called after a
+// grid barrier, when the counter is final: every block gets the same value.
+__device__ __forceinline__ int sweep_changed(const int tid, const int* totals, const int s, int& s_go)
+{
+    if (tid == 0) s_go = __ldcg(totals + s) != 0;
+    __syncthreads();
+    const int go = s_go;
+    __syncthreads();
+    return go;
 }
 
 // Update one tile (TY x TX cells of colour class (ci, cj)) of image n in place.
@@ -191,10 +233,7 @@ __device__ __forceinline__ void update_tile(short* __restrict__ Z, const int* __
         const int znew = decide(x, zcur, gain);
         if (znew != zcur) {
             Zn[(size_t)py * W + px] = (short)znew;
-            const i64 dz = (i64)(znew - zcur);
-            const i64 sz = (i64)(znew + zcur);
-            my_f += 1;
-            my_d += (gain - (i64)a_c) * dz * sz - 2 * (x - (i64)a_c * zcur) * dz;
+            count_flip(x, zcur, znew, gain, a_c, my_f, my_d);
         }
     }
     __syncthreads();
@@ -220,8 +259,8 @@ async_class_pass(short* __restrict__ Z, const int* __restrict__ b, const int* __
     int my_f = 0;
     i64 my_d = 0;
     update_tile(Z, b, sA, tile, n, H, W, ci, cj, blockIdx.y, blockIdx.x, gain, a_c, my_f, my_d);
-    commit_counts(my_f, my_d, flips + n * max_iter + sweep, de2 + n * max_iter + sweep,
-                  totals + sweep, s_f, s_d);
+    commit_counts<NWARPS, true>(my_f, my_d, tid, flips + n * max_iter + sweep,
+                                de2 + n * max_iter + sweep, totals + sweep, s_f, s_d);
 }
 
 // Every sweep and colour class in one launch: a persistent grid walks the tiles
@@ -255,25 +294,17 @@ async_fused(short* __restrict__ Z, const int* __restrict__ b, const int* __restr
                     const int rem = t - n * per_image;
                     const int tr = rem / tiles_x;
                     const int tc = rem - tr * tiles_x;
-                    if (tid == 0) s_go = (s == 0) || (__ldcg(flips + n * max_iter + s - 1) != 0);
-                    __syncthreads();
-                    const int go = s_go;
-                    __syncthreads();  // s_go is rewritten by the next tile
-                    if (!go) continue;  // uniform per block
+                    if (!image_active(tid, flips, n, s, max_iter, s_go)) continue;  // uniform per block
                     int my_f = 0;
                     i64 my_d = 0;
                     update_tile(Z, b, sA, tile, n, H, W, ci, cj, tr, tc, gain, a_c, my_f, my_d);
-                    commit_counts(my_f, my_d, flips + n * max_iter + s, de2 + n * max_iter + s,
-                                  totals + s, s_f, s_d);
+                    commit_counts<NWARPS, true>(my_f, my_d, tid, flips + n * max_iter + s,
+                                                de2 + n * max_iter + s, totals + s, s_f, s_d);
                 }
                 if (!grid_barrier(bar, bar_err)) return;  // timed out: the host raises
             }
         }
-        if (tid == 0) s_go = __ldcg(totals + s) != 0;
-        __syncthreads();
-        const int go = s_go;
-        __syncthreads();
-        if (!go) break;  // same value in every block: the counter is final after the barrier
+        if (!sweep_changed(tid, totals, s, s_go)) break;  // same value in every block
     }
 }
 
@@ -342,39 +373,9 @@ __device__ __forceinline__ void sparse_cell(short* __restrict__ Z, const int* __
         const int znew = decide(x, zcur, gain);
         if (znew != zcur) {
             Zn[(size_t)py * W + px] = (short)znew;
-            const i64 dz = (i64)(znew - zcur);
-            const i64 sz = (i64)(znew + zcur);
-            my_f += 1;
-            my_d += (gain - (i64)a_c) * dz * sz - 2 * (x - (i64)a_c * zcur) * dz;
+            count_flip(x, zcur, znew, gain, a_c, my_f, my_d);
         }
     }
-}
-
-// Sum (flips, 2 dE) over a block of SP_WARPS warps (only lane 0 of each warp holds values).
-__device__ __forceinline__ void sparse_commit(int f, i64 d, int* flip_slot, u64* de_slot,
-                                              int* total_slot, int* s_f, i64* s_d)
-{
-    const int lane = threadIdx.x & 31;
-    const int wid = threadIdx.x >> 5;
-    if (lane == 0) {
-        s_f[wid] = f;
-        s_d[wid] = d;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        int ft = 0;
-        i64 dt = 0;
-        for (int w = 0; w < SP_WARPS; ++w) {
-            ft += s_f[w];
-            dt += s_d[w];
-        }
-        if (ft != 0) {
-            atomicAdd(flip_slot, ft);
-            atomicAdd(de_slot, (u64)dt);
-            atomicAdd(total_slot, ft);
-        }
-    }
-    __syncthreads();
 }
 
 // One wide-spacing colour class (ci, cj) of sweep 0, one launch: grid (blocks, N),
@@ -400,7 +401,8 @@ sparse_class_pass(short* __restrict__ Z, const int* __restrict__ b, const int* _
         const int a = cell / nc;
         sparse_cell(Z, b, sA, n, H, W, ci + a * sp, cj + (cell - a * nc) * sp, gain, a_c, my_f, my_d);
     }
-    sparse_commit(my_f, my_d, flips + n * max_iter, de2 + n * max_iter, totals, s_f, s_d);
+    commit_counts<SP_WARPS, false>(my_f, my_d, threadIdx.x, flips + n * max_iter, de2 + n * max_iter,
+                                   totals, s_f, s_d);
 }
 
 // The whole wide-spacing sweep 0 in one persistent launch, grid barriers between classes.
@@ -431,7 +433,8 @@ sparse_fused(short* __restrict__ Z, const int* __restrict__ b, const int* __rest
                     sparse_cell(Z, b, sA, n, H, W, ci + a * sp, cj + (cell - a * nc) * sp, gain, a_c,
                                 my_f, my_d);
                 }
-                sparse_commit(my_f, my_d, flips + n * max_iter, de2 + n * max_iter, totals, s_f, s_d);
+                commit_counts<SP_WARPS, false>(my_f, my_d, threadIdx.x, flips + n * max_iter,
+                                               de2 + n * max_iter, totals, s_f, s_d);
             }
             if (!grid_barrier(bar, bar_err)) return;  // timed out: the host raises
         }
@@ -464,35 +467,6 @@ sparse_fused(short* __restrict__ Z, const int* __restrict__ b, const int* __rest
 #endif
 #define RLOAD 8
 
-__device__ __forceinline__ void rows_commit(int f, i64 d, int* flip_slot, u64* de_slot,
-                                            int* total_slot, int* s_f, i64* s_d)
-{
-    for (int o = 16; o > 0; o >>= 1) {
-        f += __shfl_down_sync(0xffffffffu, f, o);
-        d += __shfl_down_sync(0xffffffffu, d, o);
-    }
-    const int tid = threadIdx.x;
-    if ((tid & 31) == 0) {
-        s_f[tid >> 5] = f;
-        s_d[tid >> 5] = d;
-    }
-    __syncthreads();
-    if (tid == 0) {
-        int ft = 0;
-        i64 dt = 0;
-        for (int w = 0; w < RT / 32; ++w) {
-            ft += s_f[w];
-            dt += s_d[w];
-        }
-        if (ft != 0) {
-            atomicAdd(flip_slot, ft);
-            atomicAdd(de_slot, (u64)dt);  // two's complement: wraps exactly
-            atomicAdd(total_slot, ft);
-        }
-    }
-    __syncthreads();
-}
-
 // Update cell x of the block's row (one colour class step); S and the row in shared memory.
 __device__ __forceinline__ void row_cell(const int x, const int* ca, short* row, const int* S,
                                          short* Zrow, const i64 gain, const int a_c, int& my_f,
@@ -507,10 +481,7 @@ __device__ __forceinline__ void row_cell(const int x, const int* ca, short* row,
     if (znew != zcur) {
         row[x + RAD] = (short)znew;
         Zrow[x] = (short)znew;
-        const i64 dz = (i64)(znew - zcur);
-        const i64 sz = (i64)(znew + zcur);
-        my_f += 1;
-        my_d += (gain - (i64)a_c) * dz * sz - 2 * (xv - (i64)a_c * zcur) * dz;
+        count_flip(xv, zcur, znew, gain, a_c, my_f, my_d);
     }
 }
 
@@ -546,11 +517,8 @@ async_rows(short* __restrict__ Z, const int* __restrict__ b, const int* __restri
             for (int t = blockIdx.x; t < total; t += gridDim.x) {
                 const int n = t / rows_g;
                 const int y = ci + (t - n * rows_g) * sp;
-                if (tid == 0) s_go = (s == 0) || (__ldcg(flips + n * max_iter + s - 1) != 0);
-                __syncthreads();
-                const int go = s_go;
-                __syncthreads();  // s_go is rewritten by the next row
-                if (!go) continue;  // image already at a fixed point (uniform per block)
+                // image already at a fixed point: skip (uniform per block)
+                if (!image_active(tid, flips, n, s, max_iter, s_go)) continue;
                 short* Zn = Z + (size_t)n * H * W;
                 const int* bn = b + (size_t)n * H * W;
                 for (int x = tid; x < W + 2 * RAD; x += RT) {
@@ -629,16 +597,12 @@ async_rows(short* __restrict__ Z, const int* __restrict__ b, const int* __restri
                         __syncthreads();
                     }
                 }
-                rows_commit(my_f, my_d, flips + n * max_iter + s, de2 + n * max_iter + s, totals + s,
-                            s_f, s_d);
+                commit_counts<RT / 32, true>(my_f, my_d, tid, flips + n * max_iter + s,
+                                             de2 + n * max_iter + s, totals + s, s_f, s_d);
             }
             if (!grid_barrier(bar, bar_err)) return;  // timed out: the host raises
         }
-        if (tid == 0) s_go = __ldcg(totals + s) != 0;
-        __syncthreads();
-        const int go = s_go;
-        __syncthreads();
-        if (!go) break;  // same value in every block: the counter is final after the barrier
+        if (!sweep_changed(tid, totals, s, s_go)) break;  // same value in every block
     }
 }
 

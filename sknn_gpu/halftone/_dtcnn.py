@@ -19,7 +19,6 @@ NumPy reference and the CUDA kernels (``_kernels/dtcnn.cu``) give identical bits
 
 from __future__ import annotations
 
-import functools
 from numbers import Integral, Real
 
 import numpy as np
@@ -29,40 +28,12 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import (
-    array_module,
-    check_memory,
-    get_cupy,
-    is_device_array,
-    same_type_as_input,
-    sm_count,
-    to_device,
-    to_host,
-)
+from .._backend import array_module, check_memory, is_device_array, same_type_as_input
 from ..base import DeviceMixin
+from . import _dtcnn_cpu
 from ._templates import MAX_LEVELS, MAX_RADIUS, build_templates
 
 __all__ = ["DTCNNHalftoner", "bayer_matrix"]
-
-#: How the GPU runs the asynchronous sweeps: "rows" (one persistent launch for all
-#: sweeps; the colour classes of one class row ci run as dependent steps along each
-#: image row inside one block, grid barriers only between class rows: sp per sweep
-#: instead of sp^2), "fused" (one persistent launch, a grid barrier after every
-#: colour class), "per_class" (one launch per colour class) or "auto" ("rows" when
-#: an image row fits the kernel's shared memory, W up to about 5000 at radius 4;
-#: otherwise fused when a class pass has at most 3000 tiles, else per_class). All
-#: give the same bits; the tests exercise each.
-GPU_SCHEDULE = "auto"
-
-#: Row schedule: threads per block (RT in dtcnn.cu), staging buffer for the
-#: neighbour rows (int16 values) and the dynamic shared-memory ceiling per block.
-_ROWS_THREADS = 256
-_ROWS_STAGE_VALUES = 8192
-_ROWS_SMEM_MAX = 40 * 1024
-#: Rows up to this width use 2 columns per thread in the off-centre sums, wider 4.
-_ROWS_CPT2_MAX_WIDTH = 2 * _ROWS_THREADS
-#: Most resident blocks per SM for the row kernel (fewer when they would not fit).
-_ROWS_BLOCKS_PER_SM = 4
 
 #: Bytes per pixel checked before allocating: U, Zu, b, Z, the output and the int64
 #: energy temporaries of fit (the NumPy path holds the most).
@@ -191,16 +162,6 @@ def _validate_images(X, min_side):
     return X, kind, stack_shape
 
 
-def _quantise_input(stk, xp):
-    """Intensities -> int32 ``U`` in [0, 1024] (exact integer arithmetic on both devices)."""
-    if stk.dtype == np.uint8:
-        v = stk.astype(np.int32)
-        return (v * 2048 + 255) // 510  # round(1024 v / 255), never a tie
-    if stk.dtype == np.bool_ or stk.dtype.kind in "iu":
-        return stk.astype(np.int32) * 1024
-    return xp.rint(stk.astype(np.float64) * 1024.0).astype(np.int32)
-
-
 def _init_thresholds(init, shape, rng):
     """Host-side thresholds in [0, 65536) for the initial quantisation (None for 'input')."""
     n, h, w = shape
@@ -215,552 +176,32 @@ def _init_thresholds(init, shape, rng):
     return rng.randint(0, 65536, size=(n, h, w)).astype(np.int32)
 
 
-def _initial_state(U, Zu, thr, m, xp):
-    if thr is None:
-        return Zu.astype(np.int16)
-    thr = xp.asarray(thr)
-    k = xp.minimum((64 * (m - 1) * U.astype(np.int64) + thr) >> 16, m - 1)
-    return (512 * (2 * k - (m - 1))).astype(np.int16)
+def _engine(device):
+    """The engine module for a resolved device: ``_dtcnn_cpu`` or ``_dtcnn_cuda``."""
+    if device == "cuda":
+        from . import _dtcnn_cuda
+
+        return _dtcnn_cuda
+    return _dtcnn_cpu
 
 
 # --------------------------------------------------------------------------------------
-# CPU reference (NumPy, vectorised over the cells of a colour class)
+# the driver shared by fit and transform
 # --------------------------------------------------------------------------------------
-def _reflect_index(n, r):
-    i = np.mod(np.arange(-r, n + r), 2 * n)
-    return np.where(i < n, i, 2 * n - 1 - i)
+def _run(stk, engine, tm, m, mode, max_iter, init, boundary, rng, want_energy, first_spacing, out_dtype):
+    """Halftone a stack (n, H, W) with ``engine``; returns the output levels and diagnostics.
 
-
-def _conv_cpu(V, T, reflect, offset=0):
-    """int64 ``offset + T * V`` over the (2r+1)^2 window, V reflect- or zero-extended."""
-    r = (T.shape[0] - 1) // 2
-    n, h, w = V.shape
-    V = V.astype(np.int64)
-    if reflect:
-        P = V[:, _reflect_index(h, r)][:, :, _reflect_index(w, r)]
-    else:
-        P = np.pad(V, ((0, 0), (r, r), (r, r)))
-    out = np.full((n, h, w), offset, dtype=np.int64)
-    for dy, dx in zip(*np.nonzero(T)):
-        out += int(T[dy, dx]) * P[:, dy : dy + h, dx : dx + w]
-    return out
-
-
-def _decide_cpu(x, zcur, gain, m):
-    """Vectorised twin of ``decide`` in dtcnn.cu (int64 throughout)."""
-    c = 2048 * gain
-    R = 2 * x + 1024 * gain * m
-    pos = R > 0
-    q = np.where(pos, (R - 1) // c, 0)
-    k = np.minimum(q, m - 1)
-    up = R // c
-    tie = pos & (R % c == 0) & (up <= m - 1) & (zcur == 512 * (2 * up - (m - 1)))
-    k = np.where(tie, up, k)
-    return 512 * (2 * k - (m - 1))
-
-
-def _energy2(Z, Zu, b, A, gain, xp, conv):
-    """Exact ``2 E`` per image (int64) relative to the continuous state y = u.
-
-    ``E(y) = -1/2 y'Ay - y'(Bu+T) + gain/2 |y|^2`` in fixed point, minus its value at
-    y = u, written through D = Z - Zu to keep the numbers small.
+    The output (in ``out_dtype``) stays on the engine's device; the diagnostics are
+    host arrays: ``flips``, ``converged``, ``n_iter``, ``cycle`` and, with
+    ``want_energy``, ``energy2`` (exact ``2 E`` per image after each sweep).
     """
-    Z = Z.astype(np.int32)
-    D = Z - Zu
-    AD = conv(D, A).astype(np.int64)
-    AZu = conv(Zu, A).astype(np.int64)
-    w = -AZu - b.astype(np.int64) + gain * Zu.astype(np.int64)
-    D64 = D.astype(np.int64)
-    per = D64 * (-AD + gain * D64 + 2 * w)
-    return per.reshape(per.shape[0], -1).sum(axis=1)
-
-
-def _sparse_pass_cpu(Zp, b, A64, sel, ci, cj, p):
-    """x for the cells of one wide-spacing class: one window product per cell (einsum)."""
-    k = A64.shape[0]
-    src = Zp if isinstance(sel, slice) else Zp[sel]
-    win = np.lib.stride_tricks.sliding_window_view(src, (k, k), axis=(1, 2))[:, ci::p, cj::p]
-    return np.einsum("nijab,ab->nij", win, A64) + b[sel, ci::p, cj::p]
-
-
-def _async_cpu(Z, b, A, gain, a_c, m, max_iter, first_spacing=None):
-    n, h, w = Z.shape
-    r = (A.shape[0] - 1) // 2
-    A64 = A.astype(np.int64)
-    Zp = np.zeros((n, h + 2 * r, w + 2 * r), dtype=np.int32)
-    Zp[:, r : r + h, r : r + w] = Z
-    taps = [(int(dy), int(dx), int(A[dy, dx])) for dy, dx in zip(*np.nonzero(A))]
-    flips = np.zeros((n, max_iter), dtype=np.int64)
-    de2 = np.zeros((n, max_iter), dtype=np.int64)
-    active = np.arange(n)
-    for s in range(max_iter):
-        if s > 0:
-            active = active[flips[active, s - 1] != 0]
-            if active.size == 0:
-                break
-        sel = slice(None) if active.size == n else active
-        sparse = s == 0 and first_spacing is not None
-        p = first_spacing if sparse else r + 1
-        for ci in range(p):
-            nr = len(range(ci, h, p))
-            for cj in range(p):
-                nc = len(range(cj, w, p))
-                if nr == 0 or nc == 0:
-                    continue
-                rows = slice(r + ci, r + ci + (nr - 1) * p + 1, p)
-                cols = slice(r + cj, r + cj + (nc - 1) * p + 1, p)
-                if sparse:
-                    x = _sparse_pass_cpu(Zp, b, A64, sel, ci, cj, p)
-                else:
-                    acc = np.zeros((active.size, nr, nc), dtype=np.int32)
-                    for dy, dx, a in taps:
-                        y0, x0 = ci + dy, cj + dx
-                        acc += a * Zp[sel, y0 : y0 + (nr - 1) * p + 1 : p, x0 : x0 + (nc - 1) * p + 1 : p]
-                    x = acc.astype(np.int64) + b[sel, ci::p, cj::p]
-                zcur = Zp[sel, rows, cols].astype(np.int64)
-                znew = _decide_cpu(x, zcur, gain, m)
-                changed = znew != zcur
-                d = (gain - a_c) * (znew - zcur) * (znew + zcur) - 2 * (x - a_c * zcur) * (znew - zcur)
-                flips[active, s] += changed.reshape(active.size, -1).sum(axis=1)
-                de2[active, s] += np.where(changed, d, 0).reshape(active.size, -1).sum(axis=1)
-                Zp[sel, rows, cols] = znew
-    return Zp[:, r : r + h, r : r + w].astype(np.int16), flips, de2
-
-
-def _sync_cpu(Z, b, A, gain, m, max_iter, energy_fn):
-    n = Z.shape[0]
-    zprev2 = Z.astype(np.int64)
-    zcur = Z.astype(np.int64)
-    changed = np.zeros((n, max_iter), dtype=np.int64)
-    back = np.zeros((n, max_iter), dtype=np.int64)
-    energies = []
-    steps = 0
-    for s in range(max_iter):
-        x = _conv_cpu(zcur, A, reflect=False) + b
-        znew = _decide_cpu(x, zcur, gain, m)
-        changed[:, s] = (znew != zcur).reshape(n, -1).sum(axis=1)
-        back[:, s] = (znew != zprev2).reshape(n, -1).sum(axis=1)
-        zprev2, zcur = zcur, znew
-        steps = s + 1
-        if energy_fn is not None:
-            energies.append(energy_fn(zcur))
-        if np.all((changed[:, s] == 0) | (back[:, s] == 0)):
-            break
-    return zcur.astype(np.int16), changed[:, :steps], back[:, :steps], energies
-
-
-# --------------------------------------------------------------------------------------
-# GPU path (our kernels in _kernels/dtcnn.cu)
-# --------------------------------------------------------------------------------------
-def _gpu_defines(r, m, shape=None):
-    """Kernel defines; TY (tile rows of cells) only changes the work split, never the result.
-
-    The largest TY whose shared-memory tile fits, unless that leaves fewer than two
-    tiles per SM of an H100-class GPU in a colour-class pass (small images): then TY=1
-    spreads the pass over more SMs.
-    """
-    ty = 4 if r <= 8 else (2 if r <= 12 else 1)
-    if shape is not None and ty > 1:
-        n, h, w = shape
-        p = r + 1
-        tiles = n * (((h + p - 1) // p + ty - 1) // ty) * (((w + p - 1) // p + 31) // 32)
-        if tiles < 264:
-            ty = 1
-    # Row schedule: 2 columns per thread in the off-centre sums of rows up to 512
-    # columns (all threads busy, shorter dependent chains), else 4 (fewer loads).
-    cpt = 2 if shape is not None and shape[2] <= _ROWS_CPT2_MAX_WIDTH else 4
-    return {"RAD": r, "LEVELS": m, "TX": 32, "TY": ty, "CPT": cpt}
-
-
-#: Device copies of the (small) integer templates, so that a call does not wait on
-#: a host-to-device copy: {(device id, shape, bytes): cupy array}.
-_TEMPLATE_CACHE = {}
-
-
-def _device_template(T):
-    cp = get_cupy()
-    T = np.ascontiguousarray(T, dtype=np.int32)
-    key = (cp.cuda.Device().id, T.shape, T.tobytes())
-    dev = _TEMPLATE_CACHE.get(key)
-    if dev is None:
-        if len(_TEMPLATE_CACHE) >= 64:
-            _TEMPLATE_CACHE.clear()
-        dev = cp.asarray(T.ravel())
-        _TEMPLATE_CACHE[key] = dev
-    return dev
-
-
-#: One-pass conversion kernels (dtcnn.cu) by input / output dtype; others use CuPy ops.
-_PREP_KERNELS = {
-    np.dtype(np.uint8): "prep_u8",
-    np.dtype(np.float64): "prep_f64",
-    np.dtype(np.float32): "prep_f32",
-}
-_LEVEL_KERNELS = {
-    np.dtype(np.uint8): "levels_u8",
-    np.dtype(np.float64): "levels_f64",
-    np.dtype(np.float32): "levels_f32",
-}
-
-
-def _elementwise_grid(size):
-    return ((size + 255) // 256,), (256,)
-
-
-def _prepare_gpu(stk, m, defines):
-    """``U``, ``Zu`` and the 'input' initial state in one kernel (uint8/float32/float64)."""
-    from .._kernels import get_kernel
-
-    cp = get_cupy()
-    name = _PREP_KERNELS.get(np.dtype(stk.dtype))
-    if name is None:
-        U = _quantise_input(stk, cp)
-        return U, ((m - 1) * (U - 512)).astype(np.int32), None
-    src = cp.ascontiguousarray(stk)
-    U = cp.empty(stk.shape, dtype=cp.int32)
-    Zu = cp.empty(stk.shape, dtype=cp.int32)
-    Z0 = cp.empty(stk.shape, dtype=cp.int16)
-    grid, block = _elementwise_grid(src.size)
-    get_kernel("dtcnn", name, **defines)(grid, block, (src, U, Zu, Z0, np.int64(src.size)))
-    return U, Zu, Z0
-
-
-def _levels_out_gpu(Z, m, dtype, defines):
-    """Output levels in ``dtype`` from the state in one kernel (else the generic path)."""
-    from .._kernels import get_kernel
-
-    cp = get_cupy()
-    name = _LEVEL_KERNELS.get(np.dtype(dtype))
-    if name is None:
-        k = (Z.astype(np.int32) // 512 + (m - 1)) // 2
-        return _levels_to_output(k, m, dtype, cp)
-    out = cp.empty(Z.shape, dtype=dtype)
-    grid, block = _elementwise_grid(Z.size)
-    get_kernel("dtcnn", name, **defines)(grid, block, (Z, out, np.int64(Z.size)))
-    return out
-
-
-def _counters(n, max_iter, xp):
-    """One zeroed buffer for the per-sweep counters (a single memset and host copy)."""
-    cells = n * max_iter
-    return xp.zeros(cells + 2 + (cells + max_iter + 1 + 1) // 2, dtype=np.uint64)
-
-
-def _split_counters(buf, n, max_iter):
-    """Views ``de2`` (n, max_iter) uint64, ``flips`` (n, max_iter) int32, ``totals``,
-    ``bars`` (2 uint64 grid-barrier arrival counters: one per persistent launch shape) and
-    ``err`` (the barriers' int32 error word; see grid_barrier.cuh)."""
-    cells = n * max_iter
-    ints = buf[cells + 2 :].view(np.int32)
-    return (
-        buf[:cells].reshape(n, max_iter),
-        ints[:cells].reshape(n, max_iter),
-        ints[cells : cells + max_iter],
-        buf[cells : cells + 2],
-        ints[cells + max_iter : cells + max_iter + 1],
-    )
-
-
-def _conv_gpu(V, T, reflect, offset, defines):
-    from .._kernels import get_kernel
-
-    cp = get_cupy()
-    n, h, w = V.shape
-    out = cp.empty((n, h, w), dtype=cp.int32)
-    kern = get_kernel("dtcnn", "conv_int", **defines)
-    kern(
-        ((w + 31) // 32, (h + 7) // 8, n),
-        (32, 8, 1),
-        (
-            cp.ascontiguousarray(V, dtype=cp.int32),
-            _device_template(T),
-            out,
-            np.int32(h),
-            np.int32(w),
-            np.int32(1 if reflect else 0),
-            np.int32(offset),
-        ),
-    )
-    return out
-
-
-def _persistent_blocks(cp, kern, threads):
-    sms = sm_count()
-    return sms * max(1, min(4, 65536 // (threads * max(32, int(kern.num_regs)))))
-
-
-def _sparse_sweep_gpu(
-    Z, b, A_dev, gain, a_c, max_iter, defines, sp, schedule, flips, de2, totals, bar, bar_err
-):
-    """Sweep 0 with colour classes spaced ``sp`` apart (one warp per cell)."""
-    from .._kernels import get_kernel
-
-    cp = get_cupy()
-    n, h, w = Z.shape
-    warps = 4  # SP_WARPS in dtcnn.cu
-    common = (np.int64(gain), np.int32(a_c), flips, de2, totals, np.int32(max_iter))
-    cells = ((h + sp - 1) // sp) * ((w + sp - 1) // sp)
-    if schedule == "fused":
-        kern = get_kernel("dtcnn", "sparse_fused", **defines)
-        blocks = max(1, min(n * ((cells + warps - 1) // warps), _persistent_blocks(cp, kern, 32 * warps)))
-        kern(
-            (blocks,),
-            (32 * warps,),
-            (Z, b, A_dev, np.int32(n), np.int32(h), np.int32(w), np.int32(sp)) + common + (bar, bar_err),
-        )
-    else:
-        kern = get_kernel("dtcnn", "sparse_class_pass", **defines)
-        for ci in range(sp):
-            for cj in range(sp):
-                nc = ((h - ci + sp - 1) // sp) * ((w - cj + sp - 1) // sp)
-                kern(
-                    ((nc + warps - 1) // warps, n),
-                    (32 * warps,),
-                    (Z, b, A_dev, np.int32(h), np.int32(w), np.int32(sp), np.int32(ci), np.int32(cj))
-                    + common,
-                )
-
-
-def _rows_layout(w, r):
-    """(chunk, dynamic shared bytes) of ``async_rows`` for images ``w`` columns wide."""
-    kw = 2 * r + 1
-    chunk = max(4, (_ROWS_STAGE_VALUES // kw - 2 * r) // 4 * 4)
-    chunk = min(chunk, (w + 3) // 4 * 4)
-    return chunk, 4 * w + 2 * (w + 2 * r) + 2 * kw * (chunk + 2 * r)
-
-
-def _rows_fit(w, r):
-    return _rows_layout(w, r)[1] <= _ROWS_SMEM_MAX
-
-
-@functools.lru_cache(maxsize=16)
-def _sm_limits(device_id):
-    """(shared bytes, registers, threads) per SM of a device; conservative when unknown."""
-    attrs = get_cupy().cuda.Device(device_id).attributes
-    return (
-        int(attrs.get("MaxSharedMemoryPerMultiprocessor", 64 * 1024)),
-        int(attrs.get("MaxRegistersPerMultiprocessor", 65536)),
-        int(attrs.get("MaxThreadsPerMultiProcessor", 1024)),
-    )
-
-
-def _rows_gpu(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, totals, bar, bar_err):
-    """Every sweep in one persistent ``async_rows`` launch (see dtcnn.cu)."""
-    from .._kernels import get_kernel
-
-    n, h, w = Z.shape
-    r = defines["RAD"]
-    chunk, smem = _rows_layout(w, r)
-    kern = get_kernel("dtcnn", "async_rows", **defines)
-    # All blocks must be resident (grid barrier): at most 4 per SM, fewer if their
-    # registers (allocated in multiples of 8 per thread), threads or shared memory
-    # (dynamic + static + 1 KiB reserved per block) would not fit on this GPU.
-    regs = (max(32, int(kern.num_regs)) + 7) // 8 * 8
-    smem_sm, regs_sm, threads_sm = _sm_limits(get_cupy().cuda.Device().id)
-    block_smem = smem + 4 * (2 * r + 1) ** 2 + 256 + 1024
-    per_sm = min(
-        _ROWS_BLOCKS_PER_SM,
-        regs_sm // (_ROWS_THREADS * regs),
-        smem_sm // block_smem,
-        threads_sm // _ROWS_THREADS,
-    )
-    per_sm = max(1, per_sm)
-    rows_max = n * ((h + r) // (r + 1))  # rows of the largest class row group
-    blocks = max(1, min(rows_max, sm_count() * per_sm))
-    kern(
-        (blocks,),
-        (_ROWS_THREADS,),
-        (
-            Z,
-            b,
-            A_dev,
-            np.int32(n),
-            np.int32(h),
-            np.int32(w),
-            np.int64(gain),
-            np.int32(a_c),
-            flips,
-            de2,
-            totals,
-            np.int32(max_iter),
-            bar,
-            bar_err,
-            np.int32(first_spacing or 0),
-            np.int32(chunk),
-        ),
-        shared_mem=smem,
-    )
-
-
-def _async_gpu(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing=None):
-    from .._kernels import get_kernel
-
-    cp = get_cupy()
-    n, h, w = Z.shape
-    r = defines["RAD"]
-    p = r + 1
-    tx, ty = defines["TX"], defines["TY"]
-    tiles_x = ((w + p - 1) // p + tx - 1) // tx
-    tiles_y = ((h + p - 1) // p + ty - 1) // ty
-    counters = _counters(n, max_iter, cp)
-    de2, flips, totals, bars, bar_err = _split_counters(counters, n, max_iter)
-    common = (np.int64(gain), np.int32(a_c))
-    schedule = GPU_SCHEDULE
-    if schedule == "rows" and not _rows_fit(w, r):
-        schedule = "auto"  # rows too wide for the kernel's shared memory
-    if schedule == "auto":
-        if _rows_fit(w, r):
-            schedule = "rows"
-        else:
-            schedule = "fused" if n * tiles_x * tiles_y <= 3000 else "per_class"
-    if schedule == "rows":
-        _rows_gpu(
-            Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, totals, bars[0:1], bar_err
-        )
-        return Z, counters
-    s0 = 0
-    if first_spacing is not None:
-        _sparse_sweep_gpu(
-            Z,
-            b,
-            A_dev,
-            gain,
-            a_c,
-            max_iter,
-            defines,
-            first_spacing,
-            schedule,
-            flips,
-            de2,
-            totals,
-            bars[0:1],
-            bar_err,
-        )
-        s0 = 1
-    if s0 >= max_iter:
-        pass
-    elif schedule == "fused":
-        kern = get_kernel("dtcnn", "async_fused", **defines)
-        blocks = max(1, min(n * tiles_x * tiles_y, _persistent_blocks(cp, kern, tx * ty)))
-        kern(
-            (blocks,),
-            (tx, ty, 1),
-            (Z, b, A_dev, np.int32(n), np.int32(h), np.int32(w))
-            + common
-            + (flips, de2, totals, np.int32(max_iter), bars[1:2], bar_err, np.int32(s0)),
-        )
-    else:
-        kern = get_kernel("dtcnn", "async_class_pass", **defines)
-        for s in range(s0, max_iter):
-            for ci in range(p):
-                for cj in range(p):
-                    kern(
-                        (tiles_x, tiles_y, n),
-                        (tx, ty, 1),
-                        (Z, b, A_dev, np.int32(h), np.int32(w), np.int32(ci), np.int32(cj))
-                        + common
-                        + (flips, de2, totals, np.int32(s), np.int32(max_iter)),
-                    )
-            if int(totals[s].get()) == 0:
-                break
-    return Z, counters
-
-
-def _sync_gpu(Z, b, A_dev, gain, max_iter, defines, energy_fn):
-    from .._kernels import get_kernel
-
-    cp = get_cupy()
-    n, h, w = Z.shape
-    kern = get_kernel("dtcnn", "sync_step", **defines)
-    bufs = [Z.copy(), Z.copy()]  # [current, two steps back]
-    changed = cp.zeros((n, max_iter), dtype=cp.int32)
-    back = cp.zeros((n, max_iter), dtype=cp.int32)
-    energies = []
-    steps = 0
-    for s in range(max_iter):
-        zold, znew = bufs
-        ch = cp.zeros(n, dtype=cp.int32)
-        bk = cp.zeros(n, dtype=cp.int32)
-        kern(
-            ((w + 31) // 32, (h + 7) // 8, n),
-            (32, 8, 1),
-            (zold, znew, b, A_dev, np.int32(h), np.int32(w), np.int64(gain), ch, bk),
-        )
-        changed[:, s] = ch
-        back[:, s] = bk
-        bufs = [znew, zold]
-        steps = s + 1
-        if energy_fn is not None:
-            energies.append(energy_fn(znew))
-        if bool(cp.all((ch == 0) | (bk == 0))):
-            break
-    return bufs[0], changed[:, :steps], back[:, :steps], energies
-
-
-# --------------------------------------------------------------------------------------
-# the engine shared by fit and transform
-# --------------------------------------------------------------------------------------
-def _run(
-    stk, device, tm, m, mode, max_iter, init, boundary, rng, want_energy, first_spacing=None, out_dtype=None
-):
-    """Halftone a stack (n, H, W); returns the output levels and diagnostics (host).
-
-    The output is ``_levels_to_output`` of the level indices in ``out_dtype``
-    (default: the input's dtype).
-    """
-    on_gpu = device == "cuda"
-    xp = get_cupy() if on_gpu else np
-    out_dtype = stk.dtype if out_dtype is None else out_dtype
-    stk = to_device(stk, device)
     n = stk.shape[0]
-    A, B = tm["A_int"], tm["B_int"]
-    gain, a_c = tm["gain_int"], int(A[tm["radius"], tm["radius"]])
     thr = _init_thresholds(init, stk.shape, rng)
-    Z = None
-    if on_gpu:
-        defines = _gpu_defines(tm["radius"], m, stk.shape)
-        U, Zu, Z = _prepare_gpu(stk, m, defines)
-        A_dev = _device_template(A)
-
-        def conv(V, T):
-            return _conv_gpu(V, T, False, 0, defines)
-
-        b = _conv_gpu(Zu, B, boundary == "reflect", tm["T_int"], defines)
-    else:
-        U = _quantise_input(stk, xp)
-        Zu = ((m - 1) * (U - 512)).astype(np.int32)
-
-        def conv(V, T):
-            return _conv_cpu(V, T, reflect=False)
-
-        b = _conv_cpu(Zu, B, reflect=boundary == "reflect", offset=tm["T_int"])
-    if Z is None or thr is not None:
-        Z = _initial_state(U, Zu, thr, m, xp)
-
-    def output(Z):
-        if on_gpu:
-            return _levels_out_gpu(Z, m, out_dtype, defines)
-        k = (Z.astype(np.int32) // 512 + (m - 1)) // 2
-        return _levels_to_output(k, m, out_dtype, np)
-
-    def energy_fn(Zs):
-        return to_host(_energy2(Zs, Zu, b, A, gain, xp, conv))
-
+    net = engine.prepare(stk, tm, m, boundary, thr)
     info = {}
     if mode == "async":
-        e0 = energy_fn(Z) if want_energy else None
-        if on_gpu:
-            Z, counters = _async_gpu(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing)
-            out = output(Z)  # queued before the host waits for the counters
-            de2, flips, _, _, bar_err = _split_counters(to_host(counters), n, max_iter)
-            from .._kernels import check_barrier_error
-
-            check_barrier_error(bar_err, "DTCNNHalftoner")
-            de2 = de2.view(np.int64)
-        else:
-            Z, flips, de2 = _async_cpu(Z, b, A, gain, a_c, m, max_iter, first_spacing)
-            out = output(Z)
-        flips, de2 = flips.astype(np.int64), de2.astype(np.int64)
+        e0 = engine.energy2(net, net.Z) if want_energy else None
+        out, flips, de2 = engine.run_async(net, max_iter, first_spacing, out_dtype)
         still = flips == 0
         conv_any = still.any(axis=1)
         n_iter = np.where(conv_any, still.argmax(axis=1) + 1, max_iter)
@@ -772,13 +213,7 @@ def _run(
         if want_energy:
             info["energy2"] = e0[:, None] + np.cumsum(de2[:, :steps], axis=1)
     else:
-        fn = energy_fn if want_energy else None
-        if on_gpu:
-            Z, changed, back, energies = _sync_gpu(Z, b, A_dev, gain, max_iter, defines, fn)
-        else:
-            Z, changed, back, energies = _sync_cpu(Z, b, A, gain, m, max_iter, fn)
-        out = output(Z)
-        changed, back = to_host(changed).astype(np.int64), to_host(back).astype(np.int64)
+        out, changed, back, energies = engine.run_sync(net, max_iter, want_energy, out_dtype)
         fixed = changed == 0
         cyc = (back == 0) & ~fixed
         conv_any = fixed.any(axis=1)
@@ -791,13 +226,6 @@ def _run(
         if want_energy:
             info["energy2"] = np.stack(energies, axis=1) if energies else np.zeros((n, 0), np.int64)
     return out, info
-
-
-def _levels_to_output(k, m, dtype, xp):
-    if dtype == np.uint8:
-        return ((k.astype(np.int32) * 510 + (m - 1)) // (2 * (m - 1))).astype(np.uint8)
-    out_dtype = dtype if np.dtype(dtype).kind == "f" else np.float64
-    return (k.astype(np.float64) / (m - 1)).astype(out_dtype)
 
 
 class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
@@ -1009,7 +437,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         rng = check_random_state(random_state)
         out, info = _run(
             stk,
-            self.device_,
+            _engine(self.device_),
             self.templates_,
             int(self.levels),
             self.mode,
@@ -1067,10 +495,8 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (H, W), (N, H, W), (H, W, 3) or (N, H, W, C)
-            Images: floats in [0, 1] or uint8. NumPy or CuPy.
-        y : None
-            Ignored.
+        X, y
+            As for :meth:`fit`.
 
         Returns
         -------

@@ -1,0 +1,402 @@
+"""The CUDA engine of DTCNNHalftoner: CuPy arrays and our kernels in ``_kernels/dtcnn.cu``.
+
+Same functions, signatures and bits as the NumPy engine ``_dtcnn_cpu.py``
+(:func:`prepare`, :func:`energy2`, :func:`run_async`, :func:`run_sync`). The
+estimator picks this module once from ``device_``; nothing here resolves a device.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import device_limits, get_cupy, to_host
+from .._kernels import check_barrier_error, get_function
+from ._fixed_point import Network, initial_state, input_state, state_energy2, state_to_output
+
+__all__ = ["prepare", "energy2", "run_async", "run_sync", "GPU_SCHEDULE"]
+
+#: How the GPU runs the asynchronous sweeps: "rows" (one persistent launch for all
+#: sweeps; the colour classes of one class row ci run as dependent steps along each
+#: image row inside one block, grid barriers only between class rows: sp per sweep
+#: instead of sp^2), "fused" (one persistent launch, a grid barrier after every
+#: colour class), "per_class" (one launch per colour class) or "auto" ("rows" when
+#: an image row fits the kernel's shared memory, W up to about 5000 at radius 4;
+#: otherwise fused when a class pass has at most 3000 tiles, else per_class). All
+#: give the same bits; the tests exercise each.
+GPU_SCHEDULE = "auto"
+
+#: Row schedule: threads per block (RT in dtcnn.cu), staging buffer for the
+#: neighbour rows (int16 values) and the dynamic shared-memory ceiling per block.
+_ROWS_THREADS = 256
+_ROWS_STAGE_VALUES = 8192
+_ROWS_SMEM_MAX = 40 * 1024
+#: Rows up to this width use 2 columns per thread in the off-centre sums, wider 4.
+_ROWS_CPT2_MAX_WIDTH = 2 * _ROWS_THREADS
+#: Most resident blocks per SM for the row kernel (fewer when they would not fit).
+_ROWS_BLOCKS_PER_SM = 4
+
+#: One-pass conversion kernels (dtcnn.cu) by input / output dtype; others use CuPy ops.
+_PREP_KERNELS = {
+    np.dtype(np.uint8): "prep_u8",
+    np.dtype(np.float64): "prep_f64",
+    np.dtype(np.float32): "prep_f32",
+}
+_LEVEL_KERNELS = {
+    np.dtype(np.uint8): "levels_u8",
+    np.dtype(np.float64): "levels_f64",
+    np.dtype(np.float32): "levels_f32",
+}
+
+#: Device copies of the (small) integer templates, so that a call does not wait on
+#: a host-to-device copy: {(device id, shape, bytes): cupy array}. Data, not kernels.
+_TEMPLATE_CACHE = {}
+
+
+def _defines(r, m, shape=None):
+    """Kernel defines; TY (tile rows of cells) only changes the work split, never the result.
+
+    The largest TY whose shared-memory tile fits, unless that leaves fewer than two
+    tiles per SM of an H100-class GPU in a colour-class pass (small images): then TY=1
+    spreads the pass over more SMs.
+    """
+    ty = 4 if r <= 8 else (2 if r <= 12 else 1)
+    if shape is not None and ty > 1:
+        n, h, w = shape
+        p = r + 1
+        tiles = n * (((h + p - 1) // p + ty - 1) // ty) * (((w + p - 1) // p + 31) // 32)
+        if tiles < 264:
+            ty = 1
+    # Row schedule: 2 columns per thread in the off-centre sums of rows up to 512
+    # columns (all threads busy, shorter dependent chains), else 4 (fewer loads).
+    cpt = 2 if shape is not None and shape[2] <= _ROWS_CPT2_MAX_WIDTH else 4
+    return {"RAD": r, "LEVELS": m, "TX": 32, "TY": ty, "CPT": cpt}
+
+
+def _device_template(T):
+    cp = get_cupy()
+    T = np.ascontiguousarray(T, dtype=np.int32)
+    key = (cp.cuda.Device().id, T.shape, T.tobytes())
+    dev = _TEMPLATE_CACHE.get(key)
+    if dev is None:
+        if len(_TEMPLATE_CACHE) >= 64:
+            _TEMPLATE_CACHE.clear()
+        dev = cp.asarray(T.ravel())
+        _TEMPLATE_CACHE[key] = dev
+    return dev
+
+
+def _elementwise_grid(size):
+    return ((size + 255) // 256,), (256,)
+
+
+def _prepare_input(stk, m, defines):
+    """``U``, ``Zu`` and the 'input' initial state in one kernel (uint8/float32/float64)."""
+    cp = get_cupy()
+    name = _PREP_KERNELS.get(np.dtype(stk.dtype))
+    if name is None:
+        U, Zu = input_state(stk, m, cp)
+        return U, Zu, None
+    src = cp.ascontiguousarray(stk)
+    U = cp.empty(stk.shape, dtype=cp.int32)
+    Zu = cp.empty(stk.shape, dtype=cp.int32)
+    Z0 = cp.empty(stk.shape, dtype=cp.int16)
+    grid, block = _elementwise_grid(src.size)
+    get_function("dtcnn", name, **defines)(grid, block, (src, U, Zu, Z0, np.int64(src.size)))
+    return U, Zu, Z0
+
+
+def _output(Z, m, dtype, defines):
+    """Output levels in ``dtype`` from the state in one kernel (else the generic path)."""
+    cp = get_cupy()
+    name = _LEVEL_KERNELS.get(np.dtype(dtype))
+    if name is None:
+        return state_to_output(Z, m, dtype, cp)
+    out = cp.empty(Z.shape, dtype=dtype)
+    grid, block = _elementwise_grid(Z.size)
+    get_function("dtcnn", name, **defines)(grid, block, (Z, out, np.int64(Z.size)))
+    return out
+
+
+def _counters(n, max_iter, xp):
+    """One zeroed buffer for the per-sweep counters (a single memset and host copy)."""
+    cells = n * max_iter
+    return xp.zeros(cells + 2 + (cells + max_iter + 1 + 1) // 2, dtype=np.uint64)
+
+
+def _split_counters(buf, n, max_iter):
+    """Views ``de2`` (n, max_iter) uint64, ``flips`` (n, max_iter) int32, ``totals``,
+    ``bars`` (2 uint64 grid-barrier arrival counters: one per persistent launch shape) and
+    ``err`` (the barriers' int32 error word; see grid_barrier.cuh)."""
+    cells = n * max_iter
+    ints = buf[cells + 2 :].view(np.int32)
+    return (
+        buf[:cells].reshape(n, max_iter),
+        ints[:cells].reshape(n, max_iter),
+        ints[cells : cells + max_iter],
+        buf[cells : cells + 2],
+        ints[cells + max_iter : cells + max_iter + 1],
+    )
+
+
+def _conv(V, T, reflect, offset, defines):
+    cp = get_cupy()
+    n, h, w = V.shape
+    out = cp.empty((n, h, w), dtype=cp.int32)
+    kern = get_function("dtcnn", "conv_int", **defines)
+    kern(
+        ((w + 31) // 32, (h + 7) // 8, n),
+        (32, 8, 1),
+        (
+            cp.ascontiguousarray(V, dtype=cp.int32),
+            _device_template(T),
+            out,
+            np.int32(h),
+            np.int32(w),
+            np.int32(1 if reflect else 0),
+            np.int32(offset),
+        ),
+    )
+    return out
+
+
+def prepare(stk, tm, m, boundary, thr):
+    """Quantise a stack (n, H, W) on the GPU, compute ``B*u + T`` and the initial state.
+
+    Same parameters and result as ``_dtcnn_cpu.prepare``; ``stk`` may be NumPy or
+    CuPy, the returned :class:`Network` holds CuPy arrays.
+    """
+    cp = get_cupy()
+    stk = cp.asarray(stk)
+    defines = _defines(tm["radius"], m, stk.shape)
+    U, Zu, Z = _prepare_input(stk, m, defines)
+    A = tm["A_int"]
+    b = _conv(Zu, tm["B_int"], boundary == "reflect", tm["T_int"], defines)
+    if Z is None or thr is not None:
+        Z = initial_state(U, Zu, thr, m, cp)
+    r = tm["radius"]
+    return Network(Z, Zu, b, A, _device_template(A), tm["gain_int"], int(A[r, r]), m, defines)
+
+
+def energy2(net, Z):
+    """Exact ``2 E`` per image of the state ``Z`` (host int64, shape (n,))."""
+
+    def conv(V, T):
+        return _conv(V, T, False, 0, net.defines)
+
+    return to_host(state_energy2(Z, net.Zu, net.b, net.A, net.gain, conv))
+
+
+def _persistent_blocks(kern, threads):
+    sms = device_limits().sm_count
+    return sms * max(1, min(4, 65536 // (threads * max(32, int(kern.num_regs)))))
+
+
+def _sparse_sweep(Z, b, A_dev, gain, a_c, max_iter, defines, sp, schedule, flips, de2, totals, bar, bar_err):
+    """Sweep 0 with colour classes spaced ``sp`` apart (one warp per cell)."""
+    n, h, w = Z.shape
+    warps = 4  # SP_WARPS in dtcnn.cu
+    common = (np.int64(gain), np.int32(a_c), flips, de2, totals, np.int32(max_iter))
+    cells = ((h + sp - 1) // sp) * ((w + sp - 1) // sp)
+    if schedule == "fused":
+        kern = get_function("dtcnn", "sparse_fused", **defines)
+        blocks = max(1, min(n * ((cells + warps - 1) // warps), _persistent_blocks(kern, 32 * warps)))
+        kern(
+            (blocks,),
+            (32 * warps,),
+            (Z, b, A_dev, np.int32(n), np.int32(h), np.int32(w), np.int32(sp)) + common + (bar, bar_err),
+        )
+    else:
+        kern = get_function("dtcnn", "sparse_class_pass", **defines)
+        for ci in range(sp):
+            for cj in range(sp):
+                nc = ((h - ci + sp - 1) // sp) * ((w - cj + sp - 1) // sp)
+                kern(
+                    ((nc + warps - 1) // warps, n),
+                    (32 * warps,),
+                    (Z, b, A_dev, np.int32(h), np.int32(w), np.int32(sp), np.int32(ci), np.int32(cj))
+                    + common,
+                )
+
+
+def _rows_layout(w, r):
+    """(chunk, dynamic shared bytes) of ``async_rows`` for images ``w`` columns wide."""
+    kw = 2 * r + 1
+    chunk = max(4, (_ROWS_STAGE_VALUES // kw - 2 * r) // 4 * 4)
+    chunk = min(chunk, (w + 3) // 4 * 4)
+    return chunk, 4 * w + 2 * (w + 2 * r) + 2 * kw * (chunk + 2 * r)
+
+
+def _rows_fit(w, r):
+    return _rows_layout(w, r)[1] <= _ROWS_SMEM_MAX
+
+
+def _rows(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, totals, bar, bar_err):
+    """Every sweep in one persistent ``async_rows`` launch (see dtcnn.cu)."""
+    n, h, w = Z.shape
+    r = defines["RAD"]
+    chunk, smem = _rows_layout(w, r)
+    kern = get_function("dtcnn", "async_rows", **defines)
+    # All blocks must be resident (grid barrier): at most 4 per SM, fewer if their
+    # registers (allocated in multiples of 8 per thread), threads or shared memory
+    # (dynamic + static + 1 KiB reserved per block) would not fit on this GPU.
+    regs = (max(32, int(kern.num_regs)) + 7) // 8 * 8
+    lim = device_limits()
+    block_smem = smem + 4 * (2 * r + 1) ** 2 + 256 + 1024
+    per_sm = min(
+        _ROWS_BLOCKS_PER_SM,
+        lim.regs_per_sm // (_ROWS_THREADS * regs),
+        lim.smem_per_sm // block_smem,
+        lim.max_threads_per_sm // _ROWS_THREADS,
+    )
+    per_sm = max(1, per_sm)
+    rows_max = n * ((h + r) // (r + 1))  # rows of the largest class row group
+    blocks = max(1, min(rows_max, lim.sm_count * per_sm))
+    kern(
+        (blocks,),
+        (_ROWS_THREADS,),
+        (
+            Z,
+            b,
+            A_dev,
+            np.int32(n),
+            np.int32(h),
+            np.int32(w),
+            np.int64(gain),
+            np.int32(a_c),
+            flips,
+            de2,
+            totals,
+            np.int32(max_iter),
+            bar,
+            bar_err,
+            np.int32(first_spacing or 0),
+            np.int32(chunk),
+        ),
+        shared_mem=smem,
+    )
+
+
+def _schedule(n, h, w, r, tiles):
+    """The schedule GPU_SCHEDULE asks for, or the one 'auto' picks for this stack."""
+    schedule = GPU_SCHEDULE
+    if schedule == "rows" and not _rows_fit(w, r):
+        schedule = "auto"  # rows too wide for the kernel's shared memory
+    if schedule == "auto":
+        if _rows_fit(w, r):
+            schedule = "rows"
+        else:
+            schedule = "fused" if n * tiles <= 3000 else "per_class"
+    return schedule
+
+
+def _sweeps(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing=None):
+    """All asynchronous sweeps on the device; returns ``Z`` (updated in place) and the counters."""
+    cp = get_cupy()
+    n, h, w = Z.shape
+    r = defines["RAD"]
+    p = r + 1
+    tx, ty = defines["TX"], defines["TY"]
+    tiles_x = ((w + p - 1) // p + tx - 1) // tx
+    tiles_y = ((h + p - 1) // p + ty - 1) // ty
+    counters = _counters(n, max_iter, cp)
+    de2, flips, totals, bars, bar_err = _split_counters(counters, n, max_iter)
+    common = (np.int64(gain), np.int32(a_c))
+    schedule = _schedule(n, h, w, r, tiles_x * tiles_y)
+    if schedule == "rows":
+        _rows(
+            Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, totals, bars[0:1], bar_err
+        )
+        return Z, counters
+    s0 = 0
+    if first_spacing is not None:
+        _sparse_sweep(
+            Z,
+            b,
+            A_dev,
+            gain,
+            a_c,
+            max_iter,
+            defines,
+            first_spacing,
+            schedule,
+            flips,
+            de2,
+            totals,
+            bars[0:1],
+            bar_err,
+        )
+        s0 = 1
+    if s0 >= max_iter:
+        pass
+    elif schedule == "fused":
+        kern = get_function("dtcnn", "async_fused", **defines)
+        blocks = max(1, min(n * tiles_x * tiles_y, _persistent_blocks(kern, tx * ty)))
+        kern(
+            (blocks,),
+            (tx, ty, 1),
+            (Z, b, A_dev, np.int32(n), np.int32(h), np.int32(w))
+            + common
+            + (flips, de2, totals, np.int32(max_iter), bars[1:2], bar_err, np.int32(s0)),
+        )
+    else:
+        kern = get_function("dtcnn", "async_class_pass", **defines)
+        for s in range(s0, max_iter):
+            for ci in range(p):
+                for cj in range(p):
+                    kern(
+                        (tiles_x, tiles_y, n),
+                        (tx, ty, 1),
+                        (Z, b, A_dev, np.int32(h), np.int32(w), np.int32(ci), np.int32(cj))
+                        + common
+                        + (flips, de2, totals, np.int32(s), np.int32(max_iter)),
+                    )
+            if int(totals[s].get()) == 0:
+                break
+    return Z, counters
+
+
+def run_async(net, max_iter, first_spacing, out_dtype):
+    """Asynchronous sweeps on the GPU; same parameters and results as ``_dtcnn_cpu.run_async``.
+
+    ``net.Z`` is updated in place. The output conversion is queued before the host
+    waits for the counters.
+    """
+    n = net.Z.shape[0]
+    Z, counters = _sweeps(net.Z, net.b, net.A_dev, net.gain, net.a_c, max_iter, net.defines, first_spacing)
+    out = _output(Z, net.m, out_dtype, net.defines)
+    de2, flips, _, _, bar_err = _split_counters(to_host(counters), n, max_iter)
+    check_barrier_error(bar_err, "DTCNNHalftoner")
+    return out, flips.astype(np.int64), de2.view(np.int64).astype(np.int64)
+
+
+def run_sync(net, max_iter, want_energy, out_dtype):
+    """Synchronous steps on the GPU; same parameters and results as ``_dtcnn_cpu.run_sync``."""
+    cp = get_cupy()
+    Z = net.Z
+    n, h, w = Z.shape
+    kern = get_function("dtcnn", "sync_step", **net.defines)
+    bufs = [Z.copy(), Z.copy()]  # [current, two steps back]
+    changed = cp.zeros((n, max_iter), dtype=cp.int32)
+    back = cp.zeros((n, max_iter), dtype=cp.int32)
+    energies = []
+    steps = 0
+    for s in range(max_iter):
+        zold, znew = bufs
+        ch = cp.zeros(n, dtype=cp.int32)
+        bk = cp.zeros(n, dtype=cp.int32)
+        kern(
+            ((w + 31) // 32, (h + 7) // 8, n),
+            (32, 8, 1),
+            (zold, znew, net.b, net.A_dev, np.int32(h), np.int32(w), np.int64(net.gain), ch, bk),
+        )
+        changed[:, s] = ch
+        back[:, s] = bk
+        bufs = [znew, zold]
+        steps = s + 1
+        if want_energy:
+            energies.append(energy2(net, znew))
+        if bool(cp.all((ch == 0) | (bk == 0))):
+            break
+    out = _output(bufs[0], net.m, out_dtype, net.defines)
+    changed, back = to_host(changed[:, :steps]), to_host(back[:, :steps])
+    return out, changed.astype(np.int64), back.astype(np.int64), energies
