@@ -21,7 +21,7 @@ def main(root):
     from _harness import time_call, time_gpu
 
     from sknn_gpu.sparse import SparseGraph
-    from sknn_gpu.sparse._graph import prepared_forward
+    from sknn_gpu.sparse._graph_cuda import prepared_forward
 
     out = []
     for levels in (5, 180):

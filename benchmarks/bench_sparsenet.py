@@ -32,7 +32,8 @@ from _harness import (
 
 from sknn_gpu._backend import cuda_available
 from sknn_gpu.sparse import SparseGraph, SparseNetRegressor
-from sknn_gpu.sparse._graph import choose_executor, forward_gpu, prepared_forward
+from sknn_gpu.sparse._graph_cuda import choose_executor, prepared_forward
+from sknn_gpu.sparse._graph_cuda import forward as forward_gpu
 
 try:  # neat-python is an optional peer
     import neat
@@ -51,7 +52,7 @@ def neat_network(graph):
     from neat.activations import ActivationFunctionSet
     from neat.aggregations import AggregationFunctionSet
 
-    from sknn_gpu.sparse._graph import _CODE_TO_NEAT
+    from sknn_gpu.sparse._activations import CODE_TO_NEAT
 
     acts, aggs = ActivationFunctionSet(), AggregationFunctionSet()
     p = graph.plan
@@ -67,7 +68,7 @@ def neat_network(graph):
         evals.append(
             (
                 int(node),
-                acts.get(_CODE_TO_NEAT[int(graph.activations[node])]),
+                acts.get(CODE_TO_NEAT[int(graph.activations[node])]),
                 aggs.get("sum"),
                 float(graph.biases[node]),
                 float(graph.responses[node]),
@@ -186,7 +187,7 @@ def activation_tables(args, gpu, rows_csv, latency=False):
             if gpu:
                 import cupy as cp
 
-                from sknn_gpu.sparse._graph import _exec_config, device_plan
+                from sknn_gpu.sparse._graph_cuda import _exec_config, device_plan
 
                 Xd = cp.asarray(X)
                 sec = time_call(lambda: g.forward(Xd), repeat=200, device="cuda")
@@ -265,7 +266,7 @@ def threshold_sweep(args, gpu, rows_csv):
         return
     import cupy as cp
 
-    from sknn_gpu.sparse._graph import FUSED_MAX_MEAN_WORK
+    from sknn_gpu.sparse._graph_cuda import FUSED_MAX_MEAN_WORK
 
     t = Table(
         f"Executor threshold: fused vs per level (launches only); auto = fused up to a mean of "

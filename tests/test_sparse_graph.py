@@ -5,8 +5,7 @@ import time
 import numpy as np
 import pytest
 
-from sknn_gpu.sparse import ACTIVATIONS, SparseGraph
-from sknn_gpu.sparse._graph import backward_cpu, forward_cpu
+from sknn_gpu.sparse import ACTIVATIONS, SparseGraph, _graph_cpu
 
 NEAT_CFG = """
 [NEAT]
@@ -283,7 +282,7 @@ def _all_activation_graph(rng, n_levels=4):
 def test_every_activation_matches_neat_formulas(rng):
     neat_act = pytest.importorskip("neat.activations")
     fset = neat_act.ActivationFunctionSet()
-    from sknn_gpu.sparse._graph import NEAT_ACTIVATIONS, apply_activation
+    from sknn_gpu.sparse._activations import NEAT_ACTIVATIONS, apply_activation
 
     z = np.concatenate([rng.normal(size=50) * 3, [0.0, -100.0, 100.0, 1e-9]])
     for name, code in NEAT_ACTIVATIONS.items():
@@ -311,11 +310,11 @@ def test_backward_matches_finite_differences(activation, rng):
     w, b = g.plan_params()
 
     def loss(w, b):
-        out, _ = forward_cpu(g.plan, (w, b), X, g.slope)
+        out = _graph_cpu.forward(g, X, w=w, b=b)
         return 0.5 * ((out - Y) ** 2).sum()
 
-    out, V = forward_cpu(g.plan, (w, b), X, g.slope)
-    gw, gb = backward_cpu(g.plan, (w, b), V, (out - Y).T, g.slope)
+    out, V = _graph_cpu.forward(g, X, w=w, b=b, keep_values=True)
+    gw, gb = _graph_cpu.backward(g, V, (out - Y).T, w)
     eps = 1e-6
     pick = rng.choice(w.size, size=min(40, w.size), replace=False)
     for i in pick:
@@ -328,6 +327,107 @@ def test_backward_matches_finite_differences(activation, rng):
         d[i] = eps
         num = (loss(w, b + d) - loss(w, b - d)) / (2 * eps)
         assert abs(num - gb[i]) <= 1e-5 * max(1.0, abs(num)), (i, num, gb[i])
+
+
+# ----------------------------------------------------------------------------- layout (issue 12)
+def test_engines_have_the_same_functions_and_signatures():
+    import inspect
+
+    from sknn_gpu.sparse import _graph, _graph_cuda
+
+    for name in ("forward", "backward"):
+        cpu, cuda = getattr(_graph_cpu, name), getattr(_graph_cuda, name)
+        assert inspect.signature(cpu) == inspect.signature(cuda), name
+    assert _graph.engine("cpu") is _graph_cpu and _graph.engine("cuda") is _graph_cuda
+    with pytest.raises(ValueError, match="resolved device"):
+        _graph.engine("auto")
+    # the engines never resolve a device, and the GPU engine keeps no kernel cache of its own
+    for mod in (_graph_cpu, _graph_cuda):
+        assert not hasattr(mod, "resolve_device") and not hasattr(mod, "_KERNELS")
+
+
+def test_forward_resolves_device_once_per_call(monkeypatch, rng):
+    from sknn_gpu.sparse import _graph
+
+    calls = []
+    real = _graph.resolve_device
+    monkeypatch.setattr(_graph, "resolve_device", lambda d="auto": calls.append(d) or real(d))
+    g = SparseGraph.random_layered(3, 2, 4, 60, random_state=int(rng.integers(1e6)))
+    X = rng.normal(size=(5, 3))
+    ref = g.forward(X, device="cpu")
+    for device in ("cpu", "auto"):  # NumPy input: 'auto' may pick the GPU; the output stays NumPy
+        calls.clear()
+        out = g.forward(X, device=device)
+        assert calls == [device]
+        assert isinstance(out, np.ndarray)
+        np.testing.assert_allclose(out, ref, rtol=1e-6)
+
+
+def former_random_graph(n_in, n_out, n_h, density, activation, slope, rng):
+    """SparseNetRegressor._random_graph as it was (dense candidate lists, O(n_hidden**2))."""
+    code = ACTIVATIONS[activation]
+    hidden_ids = n_in + n_out + rng.permutation(n_h)
+    iu, ju = np.triu_indices(n_h, 1)
+    src = np.concatenate(
+        [
+            np.repeat(np.arange(n_in), n_h),
+            hidden_ids[iu],
+            np.repeat(np.concatenate([np.arange(n_in), hidden_ids]), n_out),
+        ]
+    )
+    dst = np.concatenate(
+        [np.tile(hidden_ids, n_in), hidden_ids[ju], np.tile(np.arange(n_in, n_in + n_out), n_in + n_h)]
+    )
+    k = max(1, int(round(density * src.size)))
+    pick = np.sort(rng.choice(src.size, size=k, replace=False))
+    src, dst = src[pick], dst[pick]
+    n_nodes = n_in + n_out + n_h
+    fan_in = np.bincount(dst, minlength=n_nodes)
+    fan_out = np.bincount(src, minlength=n_nodes)
+    factor = 2.0 if code in (1, 2) else 6.0
+    w = rng.uniform(-1.0, 1.0, k) * np.sqrt(factor / np.maximum(fan_in[dst] + fan_out[src], 1))
+    b = rng.uniform(-1.0, 1.0, n_nodes) * np.sqrt(factor / np.maximum(fan_in + fan_out, 1))
+    codes = np.full(n_nodes, code, dtype=np.int32)
+    codes[n_in : n_in + n_out] = ACTIVATIONS["identity"]
+    return SparseGraph(
+        src, dst, w, b, np.ones(n_nodes), codes, np.arange(n_in), np.arange(n_in, n_in + n_out), slope=slope
+    )
+
+
+def assert_same_graph(a, b):
+    for name in ("src", "dst", "weights", "biases", "responses", "activations", "input_ids", "output_ids"):
+        np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+    assert a.slope == b.slope
+
+
+@pytest.mark.parametrize(
+    "n_in, n_out, n_h, density", [(3, 1, 0, 0.5), (1, 2, 1, 1.0), (4, 2, 2, 0.3), (10, 1, 57, 0.13)]
+)
+def test_random_dag_is_the_former_random_topology(n_in, n_out, n_h, density):
+    """Same draws, same graph, bit for bit: the pairs are decoded instead of listed."""
+    for seed in (0, 7):
+        ref = former_random_graph(n_in, n_out, n_h, density, "tanh", 2.5, np.random.RandomState(seed))
+        got = SparseGraph.random_dag(
+            n_in, n_out, n_h, density, activation="tanh", slope=2.5, random_state=seed
+        )
+        assert_same_graph(got, ref)
+        # a DAG in the hidden order, every kept edge a forward pair
+        assert got.n_levels >= 1 and got.n_edges == max(
+            1, round(density * (n_in * n_h + n_h * (n_h - 1) // 2 + (n_in + n_h) * n_out))
+        )
+
+
+@pytest.mark.parametrize("code", [0, 1, 2, 3, 4, 5])
+def test_activation_derivatives_match_finite_differences(code, rng):
+    from sknn_gpu.sparse._activations import activation, derivative
+
+    z = rng.normal(size=200) * 2
+    z = z[np.abs(z) > 1e-3]  # relu's kink
+    eps = 1e-6
+    num = (activation(code, z + eps, 1.7) - activation(code, z - eps, 1.7)) / (2 * eps)
+    np.testing.assert_allclose(derivative(code, activation(code, z, 1.7), 1.7), num, rtol=1e-6, atol=1e-8)
+    with pytest.raises(ValueError, match="cannot be trained"):
+        derivative(ACTIVATIONS["sin"], z, 1.0)
 
 
 def _fake_device(g, n_sm=132, smem_optin=232448):
@@ -349,7 +449,7 @@ def _fake_device(g, n_sm=132, smem_optin=232448):
 
 
 def test_fused_launch_rule_shared_memory_vs_grid(rng):
-    from sknn_gpu.sparse._graph import _fused_forward_config, _fused_lanes
+    from sknn_gpu.sparse._graph_cuda import _fused_forward_config, _fused_lanes
 
     deep = _fake_device(SparseGraph.random_layered(16, 4, 60, 20_000, random_state=int(rng.integers(1e6))))
     wide = _fake_device(SparseGraph.random_layered(16, 4, 5, 20_000, random_state=int(rng.integers(1e6))))
@@ -376,7 +476,8 @@ def test_fused_launch_rule_shared_memory_vs_grid(rng):
 def test_fused_edge_schedule_covers_every_edge_once(mode, B, rng):
     """The fused kernel's per-level edge schedule + CSR tail, walked as the kernel walks it
     (lane by lane), gives the CPU result: every edge exactly once, padding ignored."""
-    from sknn_gpu.sparse._graph import _edge_schedule, _fused_forward_config, apply_activation
+    from sknn_gpu.sparse._activations import apply_activation
+    from sknn_gpu.sparse._graph_cuda import _edge_schedule, _fused_forward_config
 
     g = SparseGraph.random_layered(7, 3, 6, 1500, random_state=int(rng.integers(1e6)))
     d = _fake_device(g)
@@ -420,7 +521,7 @@ def test_fused_edge_schedule_covers_every_edge_once(mode, B, rng):
 def test_gpu_forward_matches_cpu_both_executors(n_levels, batch, rng):
     import cupy as cp
 
-    from sknn_gpu.sparse._graph import device_plan
+    from sknn_gpu.sparse._graph_cuda import device_plan
 
     g = SparseGraph.random_layered(8, 3, n_levels, 6000, random_state=int(rng.integers(1e6)))
     X = rng.normal(size=(batch, 8))
@@ -441,14 +542,14 @@ def test_gpu_forward_matches_cpu_both_executors(n_levels, batch, rng):
 
 
 def _smem_fits(g, batch):
-    from sknn_gpu.sparse._graph import device_plan
+    from sknn_gpu.sparse._graph_cuda import device_plan
 
     d = device_plan(g)
     return 8 * d["n_slots"] * batch + 1024 <= d["smem_optin"]
 
 
 def _exec_config(d, batch, executor):
-    from sknn_gpu.sparse._graph import _exec_config as cfg
+    from sknn_gpu.sparse._graph_cuda import _exec_config as cfg
 
     return cfg(d, batch, executor)
 
@@ -503,7 +604,8 @@ def test_gpu_every_activation_matches_cpu(rng):
 def test_gpu_backward_matches_cpu(batch, rng):
     import cupy as cp
 
-    from sknn_gpu.sparse._graph import backward_gpu, forward_gpu
+    from sknn_gpu.sparse._graph_cuda import backward as backward_gpu
+    from sknn_gpu.sparse._graph_cuda import forward as forward_gpu
 
     for activation in ("relu", "tanh", "sigmoid"):
         g = SparseGraph.random_layered(
@@ -511,8 +613,8 @@ def test_gpu_backward_matches_cpu(batch, rng):
         )
         X, Y = rng.normal(size=(batch, 6)), rng.normal(size=(batch, 2))
         w, b = g.plan_params()
-        out, V = forward_cpu(g.plan, (w, b), X, g.slope)
-        gw, gb = backward_cpu(g.plan, (w, b), V, (out - Y).T, g.slope)
+        out, V = _graph_cpu.forward(g, X, w=w, b=b, keep_values=True)
+        gw, gb = _graph_cpu.backward(g, V, (out - Y).T, w)
         forced = ("fused:grid",) + (("fused:smem",) if _smem_fits(g, batch) else ())
         for executor in ("level", "fused") + forced:
             outd, Vd = forward_gpu(g, cp.asarray(X), executor=executor, keep_values=True)
@@ -527,7 +629,7 @@ def test_gpu_backward_matches_cpu(batch, rng):
 def test_gpu_prepared_launch_and_lane_groups(rng):
     import cupy as cp
 
-    from sknn_gpu.sparse._graph import _level_lanes, device_plan, prepared_forward
+    from sknn_gpu.sparse._graph_cuda import _level_lanes, device_plan, prepared_forward
 
     # 4 outputs fed by a whole level: a long fan-in that batch 1 splits over lane groups
     g = SparseGraph.random_layered(12, 4, 5, 9000, random_state=int(rng.integers(1e6)))
@@ -553,3 +655,28 @@ def test_gpu_prepared_launch_and_lane_groups(rng):
             out[...] = 0.0
             launch()  # a second launch recomputes into the same buffers
             np.testing.assert_allclose(out.get(), ref, rtol=1e-5, atol=1e-12)
+
+
+@pytest.mark.cuda
+def test_gpu_forward_with_cupy_input_resolves_nothing_and_stays_on_the_gpu(monkeypatch, rng):
+    import cupy as cp
+
+    from sknn_gpu.sparse import _graph
+
+    calls = []
+    real = _graph.resolve_device
+    monkeypatch.setattr(_graph, "resolve_device", lambda d="auto": calls.append(d) or real(d))
+    g = SparseGraph.random_layered(6, 2, 5, 500, random_state=int(rng.integers(1e6)))
+    X = rng.normal(size=(9, 6))
+    ref = g.forward(X, device="cpu")
+    calls.clear()
+    for Xd in (cp.asarray(X), cp.asarray(X, dtype=cp.float32), cp.asfortranarray(cp.asarray(X))):
+        got = g.forward(Xd)  # 'auto': a CuPy input runs where it lives
+        assert isinstance(got, cp.ndarray) and got.shape == (9, 2)
+        np.testing.assert_allclose(got.get(), ref, rtol=1e-5, atol=1e-6)
+    one = g.forward(cp.asarray(X[3]))
+    assert isinstance(one, cp.ndarray) and one.shape == (2,)
+    np.testing.assert_allclose(one.get(), ref[3], rtol=1e-5, atol=1e-12)
+    assert calls == []
+    out = g.forward(cp.asarray(X), device="cuda")
+    assert calls == ["cuda"] and isinstance(out, cp.ndarray)

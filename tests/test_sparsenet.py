@@ -246,6 +246,89 @@ def test_pickle_round_trip(rng):
     np.testing.assert_array_equal(back.predict(Xt), reg.predict(Xt))
 
 
+def _device_branch_on_numpy(monkeypatch):
+    """Send NumPy input down the CuPy-input branch (validation on the device, no host copy).
+
+    ``DeviceMixin._check_device_X`` is written against the input's array module, so the
+    branch runs on NumPy arrays on a machine without a GPU.
+    """
+    from sknn_gpu.sparse import _sparsenet
+
+    monkeypatch.setattr(_sparsenet, "is_device_array", lambda x: isinstance(x, np.ndarray))
+    monkeypatch.setattr(_sparsenet, "to_device", lambda x, device: np.asarray(x))
+
+    def no_host_validation(*args, **kwargs):
+        raise AssertionError("device input went through validate_data (a host copy)")
+
+    monkeypatch.setattr(_sparsenet, "validate_data", no_host_validation)
+
+
+@pytest.mark.parametrize("topology", ["random", "prune"])
+def test_device_input_branch_validates_in_place_and_trains_alike(topology, monkeypatch, rng):
+    X, y, Xt, _ = friedman(rng, n=200)
+    kw = dict(hidden_layer_sizes=(12,), n_hidden=15, density=0.4, max_iter=4, random_state=0, device="cpu")
+    ref = SparseNetRegressor(topology, **kw).fit(X, y)
+    _device_branch_on_numpy(monkeypatch)
+    reg = SparseNetRegressor(topology, **kw).fit(X, y)
+    assert reg.n_features_in_ == 10 and not hasattr(reg, "feature_names_in_")
+    np.testing.assert_array_equal(reg.loss_curve_, ref.loss_curve_)
+    np.testing.assert_array_equal(reg.predict(Xt), ref.predict(Xt))
+    reg.partial_fit(X, y[:, None])  # (n, 1) targets: one output, as fitted
+    assert reg.n_iter_ == 1
+    with pytest.raises(ValueError, match="expecting 10 features"):
+        reg.predict(Xt[:, :4])
+
+
+@pytest.mark.parametrize(
+    "y_bad, match",
+    [
+        ("nan", "y contains NaN"),
+        ("short", "inconsistent numbers of samples"),
+        ("3d", r"shape \(n_samples,\)"),
+        ("str", "y must be numeric"),
+    ],
+)
+def test_device_input_branch_checks_y(y_bad, match, monkeypatch, rng):
+    X, y, _, _ = friedman(rng, n=60)
+    y = {
+        "nan": np.where(np.arange(60) == 7, np.nan, y),
+        "short": y[:50],
+        "3d": y.reshape(60, 1, 1),
+        "str": y.astype(str),
+    }[y_bad]
+    _device_branch_on_numpy(monkeypatch)
+    with pytest.raises(ValueError, match=match):
+        SparseNetRegressor(hidden_layer_sizes=(4,), max_iter=1, device="cpu").fit(X, y)
+
+
+@pytest.mark.cuda
+def test_cupy_input_stays_on_the_gpu(monkeypatch, rng):
+    import cupy as cp
+
+    from sknn_gpu.sparse import _sparsenet
+
+    X, y, Xt, _ = friedman(rng, n=300)
+    kw = dict(n_hidden=20, density=0.3, max_iter=5, random_state=0, device="cuda")
+    ref = SparseNetRegressor("random", **kw).fit(X, y)
+    ref_pred = ref.predict(Xt)
+
+    def no_host_validation(*args, **kwargs):
+        raise AssertionError("CuPy input went through validate_data (a host copy)")
+
+    monkeypatch.setattr(_sparsenet, "validate_data", no_host_validation)
+    reg = SparseNetRegressor("random", **kw).fit(cp.asarray(X), cp.asarray(y))
+    np.testing.assert_allclose(reg.loss_curve_, ref.loss_curve_, rtol=1e-10)
+    out = reg.predict(cp.asarray(Xt))
+    assert isinstance(out, cp.ndarray) and out.shape == (400,)
+    np.testing.assert_allclose(out.get(), ref_pred, rtol=1e-9, atol=1e-12)
+    monkeypatch.undo()
+    # a CPU model predicting CuPy input: validated on the device, computed on the host, CuPy out
+    cpu = SparseNetRegressor("random", **{**kw, "device": "cpu"}).fit(X, y)
+    got = cpu.predict(cp.asarray(Xt))
+    assert isinstance(got, cp.ndarray)
+    np.testing.assert_allclose(got.get(), cpu.predict(Xt), rtol=0, atol=0)
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("topology", ["random", "prune"])
 def test_cpu_and_gpu_fits_agree(topology, rng):

@@ -64,7 +64,7 @@ def measure(args):
             if args.gpu:
                 import cupy as cp
 
-                from sknn_gpu.sparse._graph import prepared_forward
+                from sknn_gpu.sparse._graph_cuda import prepared_forward
 
                 got = g.forward(x, device="cuda")
                 r["gpu_err"] = float(np.max(np.abs(got - ref) / (np.abs(ref) + 1e-300)))

@@ -16,7 +16,8 @@
 //     Best when levels are small (launch-bound).
 // Reads of values written earlier in the same launch use __ldcg (L2) so that no stale L1
 // line is ever seen by another SM.
-// All arithmetic is float64; the NumPy path in _graph.py uses the same formulas.
+// All arithmetic is float64; the NumPy engine (sparse/_graph_cpu.py, sparse/_activations.py)
+// uses the same formulas.
 
 #include "grid_barrier.cuh"  // the fused kernels' grid barrier (bounded wait, error word)
 
@@ -72,6 +73,18 @@ __device__ __forceinline__ double dactivate(int code, double f, double slope) {
     }
 }
 
+// A thread's share of n_items items split over groups of L lanes (tid / L is the thread's
+// group, tid % L its lane): item(k) is the group's item of round k, and every thread runs
+// the same number of rounds so that warp shuffles and block barriers see all threads.
+struct LaneGroups {
+    long long g, n_groups;
+    int lane;
+    long long rounds;
+    __device__ __forceinline__ LaneGroups(long long tid, long long n_threads, int L, long long n_items)
+        : g(tid / L), n_groups(n_threads / L), lane((int)(tid - g * L)), rounds((n_items + n_groups - 1) / n_groups) {}
+    __device__ __forceinline__ long long item(long long k) const { return g + k * n_groups; }
+};
+
 // ------------------------------------------------------------------ one level, forward
 // Items are (node, sample) pairs of one level, node-major. With L = 1 a thread computes one
 // item (consecutive threads = consecutive samples of a node: coalesced reads of V). With
@@ -87,12 +100,10 @@ __device__ __forceinline__ void forward_level_items(long long n_items, int L, lo
                                                     const double* __restrict__ X, double* V,
                                                     const int* __restrict__ out_index, double* __restrict__ out,
                                                     double slope) {
-    const long long g = tid / L;
-    const long long n_groups = n_threads / L;
-    const int lane = (int)(tid - g * L);
-    const long long rounds = (n_items + n_groups - 1) / n_groups;
-    for (long long k = 0; k < rounds; ++k) {
-        const long long item = g + k * n_groups;
+    const LaneGroups lg(tid, n_threads, L, n_items);
+    const int lane = lg.lane;
+    for (long long k = 0; k < lg.rounds; ++k) {
+        const long long item = lg.item(k);
         const bool valid = item < n_items;
         double acc = 0.0;
         int r = 0, b = 0;
@@ -289,12 +300,10 @@ __device__ __forceinline__ void fused_level(const Prefetch& p, int l, const Sche
     const bool tail = (S.ell_k[l] >> 8) != 0;
     const long long kstride = (long long)R * L;
     const long long n_items = (long long)R * B;
-    const long long g = tid / L;
-    const long long n_groups = n_threads / L;
-    const int lane = (int)(tid - g * L);
-    const long long rounds = (n_items + n_groups - 1) / n_groups;
-    for (long long k = 0; k < rounds; ++k) {
-        const long long item = g + k * n_groups;
+    const LaneGroups lg(tid, n_threads, L, n_items);
+    const int lane = lg.lane;
+    for (long long k = 0; k < lg.rounds; ++k) {
+        const long long item = lg.item(k);
         const bool valid = item < n_items;
         double acc = 0.0, bi = 0.0, re = 0.0;
         int rr = 0, b = 0, ac = 0, oi = -1;

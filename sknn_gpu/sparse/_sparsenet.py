@@ -1,4 +1,10 @@
-"""SparseNetRegressor: regression with arbitrary-structured sparse networks."""
+"""SparseNetRegressor: regression with arbitrary-structured sparse networks.
+
+The estimator decides (parameters, validation, size estimate, the training loop); the
+sparse graph is evaluated and differentiated by the engine that ``device_`` picks once
+(:func:`sknn_gpu.sparse._graph.engine`: ``_graph_cpu`` or ``_graph_cuda``, same
+functions). The dense phase of ``'prune'`` is written against ``xp`` (NumPy or CuPy).
+"""
 
 from __future__ import annotations
 
@@ -12,53 +18,35 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._backend import check_memory, get_cupy, is_device_array, same_type_as_input, to_host
-from ..base import DeviceMixin
-from ._graph import (
-    _CODE_TO_NAME,
-    _TRAINABLE_CODES,
-    ACTIVATIONS,
-    SparseGraph,
-    backward_cpu,
-    backward_gpu,
-    forward_cpu,
-    forward_gpu,
+from .._backend import (
+    array_module,
+    check_memory,
+    get_xp,
+    is_device_array,
+    same_type_as_input,
+    to_device,
+    to_host,
 )
+from ..base import DeviceMixin
+from ._activations import (
+    ACTIVATIONS,
+    CODE_TO_NAME,
+    TRAINABLE_ACTIVATIONS,
+    TRAINABLE_CODES,
+    activation,
+    derivative,
+)
+from ._graph import SparseGraph, engine
+from ._graph_build import build_random_dag, graph_nbytes, n_candidate_pairs, random_dag_nbytes
 
 __all__ = ["SparseNetRegressor"]
 
+#: Largest target magnitude accepted: squared errors of standardised or raw targets stay
+#: finite in float64 (|y| <= 1e100 gives squares <= 4e200 per sample).
+Y_MAX = 1e100
 
-# --------------------------------------------------------------------------- activations (xp)
-def _act(code, z, slope, xp):
-    if code == 0:
-        return z
-    if code == 1:
-        return 1.0 / (1.0 + xp.exp(-xp.clip(5.0 * z, -60.0, 60.0)))
-    if code == 2:
-        return 1.0 / (1.0 + xp.exp(-xp.clip(slope * z, -60.0, 60.0)))
-    if code == 3:
-        return xp.tanh(z)
-    if code == 4:
-        return xp.tanh(xp.clip(2.5 * z, -60.0, 60.0))
-    if code == 5:
-        return xp.where(z > 0.0, z, 0.0)
-    raise ValueError(f"activation {_CODE_TO_NAME.get(code, code)!r} cannot be trained.")
-
-
-def _dact(code, f, slope, xp):
-    if code == 0:
-        return xp.ones_like(f)
-    if code == 1:
-        return 5.0 * f * (1.0 - f)
-    if code == 2:
-        return slope * f * (1.0 - f)
-    if code == 3:
-        return 1.0 - f * f
-    if code == 4:
-        return 2.5 * (1.0 - f * f)
-    if code == 5:
-        return (f > 0.0).astype(f.dtype)
-    raise ValueError(f"activation {_CODE_TO_NAME.get(code, code)!r} cannot be trained.")
+#: Node values per predict chunk (bytes): predictions run in row chunks of at most this.
+PREDICT_CHUNK_BYTES = 256 << 20
 
 
 # --------------------------------------------------------------------------- models
@@ -79,11 +67,11 @@ class _DenseMasked:
         self.weight_index = list(range(0, len(params), 2))
 
     def forward(self, X, keep=False):
-        xp, acts = self.xp, [X]
+        acts = [X]
         n_layers = len(self.masks)
         for k in range(n_layers):
             z = acts[-1] @ self.params[2 * k] + self.params[2 * k + 1]
-            acts.append(z if k == n_layers - 1 else _act(self.code, z, self.slope, xp))
+            acts.append(z if k == n_layers - 1 else activation(self.code, z, self.slope, self.xp))
         return (acts[-1], acts) if keep else acts[-1]
 
     def backward(self, acts, G):
@@ -93,7 +81,7 @@ class _DenseMasked:
             grads[2 * k] = (acts[k].T @ G) * self.masks[k]
             grads[2 * k + 1] = G.sum(axis=0)
             if k:
-                G = (G @ self.params[2 * k].T) * _dact(self.code, acts[k], self.slope, self.xp)
+                G = (G @ self.params[2 * k].T) * derivative(self.code, acts[k], self.slope, self.xp)
         return grads
 
     def n_alive(self):
@@ -159,32 +147,21 @@ class _DenseMasked:
 
 
 class _SparseModel:
-    """Trainable view of a SparseGraph: plan-order weights and biases on the device."""
+    """Trainable view of a SparseGraph: plan-order weights and biases on the device, one engine."""
 
     def __init__(self, graph, device):
-        self.graph, self.device = graph, device
-        w, b = graph.plan_params()
-        if device == "cuda":
-            cp = get_cupy()
-            w, b = cp.asarray(w), cp.asarray(b)
-        self.params = [w, b]
+        self.graph, self.engine = graph, engine(device)
+        self.params = [to_device(p, device) for p in graph.plan_params()]
         self.weight_index = [0]
 
     def forward(self, X, keep=False):
         w, b = self.params
-        if self.device == "cuda":
-            out, V = forward_gpu(self.graph, X, w=w, b=b, keep_values=True)
-        else:
-            out, V = forward_cpu(self.graph.plan, (w, b), X, self.graph.slope)
+        out, V = self.engine.forward(self.graph, X, w=w, b=b, keep_values=True)
         return (out, V) if keep else out
 
     def backward(self, V, G):
-        w, b = self.params
-        xp = get_cupy() if self.device == "cuda" else np
-        G_out = xp.ascontiguousarray(G.T)
-        if self.device == "cuda":
-            return list(backward_gpu(self.graph, V, G_out, w))
-        return list(backward_cpu(self.graph.plan, (w, b), V, G_out, self.graph.slope))
+        G_out = array_module(G).ascontiguousarray(G.T)
+        return list(self.engine.backward(self.graph, V, G_out, self.params[0]))
 
     def to_graph(self):
         return self.graph.with_params(self.params[0], self.params[1])
@@ -240,7 +217,7 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         forward pairs. A :class:`SparseGraph`: train the weights and biases of that
         structure, starting from its stored values, with its own activations.
     hidden_layer_sizes : array-like of int, default=(100,)
-        Dense layer widths for ``'prune'``.
+        Dense layer widths for ``'prune'`` (each an integer >= 1).
     density : float in (0, 1], default=0.1
         Fraction of the candidate edges kept (exactly ``round(density * n)``).
     n_hidden : int, default=100
@@ -314,6 +291,13 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
     relative. Targets are standardised internally when every output node is linear.
     On the GPU the dense phase of ``'prune'`` uses CuPy matrix products (cuBLAS);
     everything on the sparse graph runs on our kernels (``_kernels/sparsenet.cu``).
+    CuPy input stays on the GPU: it is validated there and ``predict`` returns CuPy.
+
+    Refused up front, before anything large is allocated: ``hidden_layer_sizes``
+    entries that are not integers >= 1 and targets larger than ``1e100`` in magnitude
+    (ValueError naming the value); work whose estimated size (:meth:`_memory_estimate`:
+    weights, optimizer state, one batch of activations, the data) does not fit the free
+    host or device memory (``InsufficientMemoryError`` with the bytes needed and free).
 
     Examples
     --------
@@ -413,13 +397,21 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Training inputs (NumPy or CuPy).
+            Training inputs (NumPy or CuPy; CuPy input is validated and trained on the GPU).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
-            Targets.
+            Targets, at most ``1e100`` in magnitude.
 
         Returns
         -------
         self : SparseNetRegressor
+
+        Raises
+        ------
+        ValueError
+            For bad input or parameters (e.g. ``hidden_layer_sizes`` entries that are not
+            integers >= 1, targets larger than ``1e100`` in magnitude).
+        InsufficientMemoryError
+            Before allocating, when the estimated host or device bytes do not fit.
         """
         return self._fit(X, y, incremental=False)
 
@@ -433,7 +425,9 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
+            Training inputs (NumPy or CuPy).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
+            Targets.
 
         Returns
         -------
@@ -454,13 +448,18 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
         """
         check_is_fitted(self, "graph_")
-        ref = X
-        Xh = validate_data(self, to_host(X) if is_device_array(X) else X, reset=False, dtype=np.float64)
-        out = self._forward_chunks(Xh)
-        out = out * self._y_scale + self._y_mean
+        if is_device_array(X):
+            Xv = self._check_device_X(X, reset=False).astype(np.float64, copy=False)
+        else:
+            Xv = validate_data(self, X, reset=False, dtype=np.float64)
+        need = self._memory_estimate(Xv.shape[0], Xv.shape[1], self.n_outputs_, fit=False)
+        self._check_memory(need, "SparseNetRegressor.predict")
+        out = self._forward_chunks(to_device(Xv, self.device_))
+        xp = array_module(out)
+        out = out * xp.asarray(self._y_scale) + xp.asarray(self._y_mean)
         if self._y_1d:
             out = out[:, 0]
-        return same_type_as_input(out, ref)
+        return same_type_as_input(out, X)
 
     def prune(self, amount):
         """Remove the ``round(amount * n_edges_)`` smallest-magnitude edges of the fitted graph.
@@ -485,28 +484,99 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         self._set_graph(g.subgraph(keep))
         return self
 
+    # ------------------------------------------------------------------ size estimate
+    def _memory_estimate(self, n_samples, n_features, n_outputs, *, fit=True, first=True):
+        """Host and device bytes that ``fit``/``partial_fit`` (``fit=True``) or ``predict`` need.
+
+        Computed from the parameters and the data shape before anything is allocated:
+        the data and its float64 copies, the model (weights, gradients, optimizer state
+        and the optimizer's temporaries; the masks of a dense ``'prune'`` phase), the
+        activations of one minibatch (of one prediction chunk), and on the host the
+        topology construction (the random DAG's draw, pruning and export).
+
+        Parameters
+        ----------
+        n_samples, n_features, n_outputs : int
+            Shape of the data.
+        fit : bool, default=True
+            Training (True) or prediction (False).
+        first : bool, default=True
+            Whether ``fit`` builds a new topology (False: it trains ``graph_``).
+
+        Returns
+        -------
+        dict
+            ``{'host': bytes, 'device': bytes}``; on ``device_='cpu'`` both are host memory.
+        """
+        data = 8 * n_samples * (n_features + n_outputs)
+        if not fit:  # X, its copy on the device and the predictions, node values of one chunk
+            g = self.graph_
+            n_slots = g.plan["n_in"] + g.plan["nodes"].size
+            chunk = min(n_samples, max(1, PREDICT_CHUNK_BYTES // (8 * max(n_slots, 1))))
+            return {"host": data, "device": 2 * data + 8 * n_slots * chunk + 64 * (g.n_edges + g.n_nodes)}
+        bs = min(200, n_samples) if self.batch_size == "auto" else min(int(self.batch_size), n_samples)
+        per_param = 3 + (2 if self.solver == "adam" else 1) + 2  # value, gradient, L2 term, state, temps
+        host, device = 2 * data, 2 * data
+        topo = self.topology if first else None
+        if isinstance(topo, str) and topo == "prune":
+            sizes = [n_features, *self._hidden_sizes(), n_outputs]
+            n_w = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+            n_p = n_w + sum(sizes[1:])
+            device += 8 * (per_param * n_p + n_w) + 8 * 3 * bs * sum(sizes)  # + masks, acts/grads
+            n_kept = int(round(float(self.density) * n_w))
+            # initial draw, pruning (magnitudes, order, host copies) and export
+            host += 8 * n_p + 33 * n_w + graph_nbytes(sum(sizes), n_kept)
+            n_nodes, n_edges = sum(sizes), n_kept
+        elif isinstance(topo, str):  # 'random'
+            n_h = int(self.n_hidden)
+            host += random_dag_nbytes(n_features, n_outputs, n_h, float(self.density))
+            n_pairs = n_candidate_pairs(n_features, n_outputs, n_h)
+            n_nodes, n_edges = n_features + n_outputs + n_h, max(1, int(round(float(self.density) * n_pairs)))
+        else:  # a given SparseGraph (copied) or the fitted one
+            g = self.graph_ if topo is None else topo
+            n_nodes, n_edges = g.n_nodes, g.n_edges
+            host += graph_nbytes(n_nodes, n_edges)
+        # the sparse model: parameters with optimizer state, device plan, V + G + D of one batch
+        device += 8 * per_param * (n_edges + n_nodes) + 64 * (n_edges + n_nodes) + 8 * 3 * n_nodes * bs
+        return {"host": host, "device": device}
+
+    def _check_memory(self, need, what):
+        """Refuse (InsufficientMemoryError, bytes needed and free) before allocating ``need``."""
+        if self.device_ == "cuda":
+            check_memory(need["host"], "cpu", f"{what} (host part)")
+            check_memory(need["device"], "cuda", f"{what} (weights, optimizer state, activations per batch)")
+        else:
+            check_memory(
+                need["host"] + need["device"],
+                "cpu",
+                f"{what} (weights, optimizer state, activations per batch)",
+            )
+
     # ------------------------------------------------------------------ internals
     def _set_graph(self, graph):
         self.graph_ = graph
         self.n_levels_ = graph.n_levels
         self.n_edges_ = graph.n_edges
 
-    def _forward_chunks(self, Xh):
+    def _hidden_sizes(self):
+        """``hidden_layer_sizes`` as a list of ints; a clear ValueError for anything else."""
+        h = self.hidden_layer_sizes
+        sizes = list(h) if np.iterable(h) and not isinstance(h, str) else [h]
+        for s in sizes:
+            if isinstance(s, (bool, np.bool_)) or not isinstance(s, Integral) or s < 1:
+                raise ValueError(
+                    f"hidden_layer_sizes must hold integers >= 1 (layer widths), got {h!r}: {s!r} is not one."
+                )
+        return [int(s) for s in sizes]
+
+    def _forward_chunks(self, X):
+        """Predictions of the standardised model for ``X`` (on ``device_``), in row chunks."""
         g = self.graph_
         n_slots = g.plan["n_in"] + g.plan["nodes"].size
-        chunk = max(1, (256 << 20) // (8 * max(n_slots, 1)))
-        outs = []
-        if self.device_ == "cuda":
-            cp = get_cupy()
-            for s in range(0, Xh.shape[0], chunk):
-                outs.append(forward_gpu(g, cp.asarray(Xh[s : s + chunk])).get())
-        else:
-            params = g.plan_params()
-            for s in range(0, Xh.shape[0], chunk):
-                outs.append(forward_cpu(g.plan, params, Xh[s : s + chunk], g.slope)[0])
-        if not outs:
-            return np.zeros((0, g.n_outputs))
-        return np.concatenate(outs, axis=0)
+        chunk = max(1, PREDICT_CHUNK_BYTES // (8 * max(n_slots, 1)))
+        eng = engine(self.device_)
+        outs = [eng.forward(g, X[s : s + chunk]) for s in range(0, X.shape[0], chunk)]
+        return outs[0] if len(outs) == 1 else array_module(X).concatenate(outs, axis=0)
 
     def _check_graph(self, g, n_features, n_outputs):
         if g.n_inputs != n_features:
@@ -514,110 +584,89 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         if g.n_outputs != n_outputs:
             raise ValueError(f"topology has {g.n_outputs} output nodes but y has {n_outputs} targets.")
         used = g.activations[g.plan["nodes"]]
-        bad = np.setdiff1d(np.unique(used), _TRAINABLE_CODES)
+        bad = np.setdiff1d(np.unique(used), TRAINABLE_CODES)
         if bad.size:
-            names = [_CODE_TO_NAME[int(c)] for c in bad]
+            names = [CODE_TO_NAME[int(c)] for c in bad]
             raise ValueError(
                 f"topology uses activation(s) {names} that cannot be trained; trainable: "
-                "identity, neat_sigmoid, sigmoid, tanh, neat_tanh, relu."
+                f"{', '.join(TRAINABLE_ACTIVATIONS)}."
             )
 
-    def _random_graph(self, n_in, n_out, rng):
-        code = ACTIVATIONS[self.activation]
-        n_h = int(self.n_hidden)
-        # node ids: inputs, outputs, hidden; positions: inputs, hidden in random order, outputs
-        hidden_ids = n_in + n_out + rng.permutation(n_h)
-        iu, ju = np.triu_indices(n_h, 1)
-        src = np.concatenate(
-            [
-                np.repeat(np.arange(n_in), n_h),
-                hidden_ids[iu],
-                np.repeat(np.concatenate([np.arange(n_in), hidden_ids]), n_out),
-            ]
-        )
-        dst = np.concatenate(
-            [np.tile(hidden_ids, n_in), hidden_ids[ju], np.tile(np.arange(n_in, n_in + n_out), n_in + n_h)]
-        )
-        k = max(1, int(round(self.density * src.size)))
-        pick = np.sort(rng.choice(src.size, size=k, replace=False))
-        src, dst = src[pick], dst[pick]
-        n_nodes = n_in + n_out + n_h
-        fan_in = np.bincount(dst, minlength=n_nodes)
-        fan_out = np.bincount(src, minlength=n_nodes)
-        factor = 2.0 if code in (1, 2) else 6.0
-        bound = np.sqrt(factor / np.maximum(fan_in[dst] + fan_out[src], 1))
-        w = rng.uniform(-1.0, 1.0, k) * bound
-        node_bound = np.sqrt(factor / np.maximum(fan_in + fan_out, 1))
-        b = rng.uniform(-1.0, 1.0, n_nodes) * node_bound
-        codes = np.full(n_nodes, code, dtype=np.int32)
-        codes[n_in : n_in + n_out] = ACTIVATIONS["identity"]
-        return SparseGraph(
-            src,
-            dst,
-            w,
-            b,
-            np.ones(n_nodes),
-            codes,
-            np.arange(n_in),
-            np.arange(n_in, n_in + n_out),
-            slope=self.slope,
-        )
-
     def _validate_xy(self, X, y, reset):
-        X = to_host(X) if is_device_array(X) else X
-        y = to_host(y) if is_device_array(y) else y
-        X, y = validate_data(self, X, y, reset=reset, multi_output=True, y_numeric=True, dtype=np.float64)
+        """Validated float64 ``(X, y)``: CuPy ``X`` on the GPU (no host copy), else on the host."""
+        if not is_device_array(X):
+            y = to_host(y) if is_device_array(y) else y
+            return validate_data(self, X, y, reset=reset, multi_output=True, y_numeric=True, dtype=np.float64)
+        X = self._check_device_X(X, reset=reset).astype(np.float64, copy=False)
+        xp = array_module(X)
+        y = to_device(y, "cuda")
+        if y.dtype.kind not in "biuf":
+            raise ValueError(f"y must be numeric, got dtype {y.dtype}.")
+        if y.ndim not in (1, 2) or (y.ndim == 2 and y.shape[1] < 1):
+            raise ValueError(f"y must have shape (n_samples,) or (n_samples, n_outputs), got {y.shape}.")
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"Found input variables with inconsistent numbers of samples: [{X.shape[0]}, {y.shape[0]}]."
+            )
+        y = y.astype(xp.float64, copy=False)
+        if not bool(xp.isfinite(y).all()):
+            raise ValueError("Input y contains NaN or infinity.")
         return X, y
+
+    @staticmethod
+    def _check_target_magnitude(y2):
+        """Targets must be at most ``Y_MAX`` in magnitude (their squares must stay finite)."""
+        big = float(array_module(y2).abs(y2).max()) if y2.size else 0.0
+        if big > Y_MAX:
+            raise ValueError(
+                f"y holds a value of magnitude {big:.3g}; SparseNetRegressor accepts targets up to "
+                f"{Y_MAX:g} in magnitude (squared errors must stay finite in float64). Rescale y "
+                "(for example divide it by its largest magnitude) and scale the predictions back."
+            )
 
     def _fit(self, X, y, incremental):
         fitted = hasattr(self, "graph_")
         first = not fitted or (not incremental and not self.warm_start)
+        hidden = self._hidden_sizes()
         X, y = self._validate_xy(X, y, reset=first)
         y2 = y.reshape(-1, 1) if y.ndim == 1 else y
         if not first and y2.shape[1] != self.n_outputs_:
             raise ValueError(f"y has {y2.shape[1]} targets but the model was fitted with {self.n_outputs_}.")
+        self._check_target_magnitude(y2)
         rng = check_random_state(self.random_state)
+        device = self._resolve_device() if first else self.device_
+        need = self._memory_estimate(X.shape[0], X.shape[1], y2.shape[1], first=first)
+        self._check_memory(
+            need, "SparseNetRegressor.partial_fit" if incremental else "SparseNetRegressor.fit"
+        )
+        if device == "cpu":  # CuPy input trained on the CPU; NumPy input goes to the GPU in _train
+            X, y2 = to_host(X), to_host(y2)
         if first:
-            self._resolve_device()
             self.n_outputs_ = y2.shape[1]
             self._y_1d = y.ndim == 1
             self.loss_curve_ = []
             self.best_validation_score_ = None
             self.n_dense_edges_ = None
-        xp = get_cupy() if self.device_ == "cuda" else np
-        check_memory(8 * (X.size + y2.size), self.device_, "SparseNetRegressor training data")
+        xp = get_xp(device)
         max_iter = 1 if incremental else int(self.max_iter)
         self.n_iter_ = 0
 
         if first:
             topo = self.topology
             if isinstance(topo, str) and topo == "prune":
-                sizes = [X.shape[1], *[int(h) for h in np.atleast_1d(self.hidden_layer_sizes)], y2.shape[1]]
-                self._y_mean, self._y_scale = self._target_scaling(y2, linear=True)
-                ys = (y2 - self._y_mean) / self._y_scale
-                model = _DenseMasked(sizes, ACTIVATIONS[self.activation], float(self.slope), rng, xp)
-                self.n_dense_edges_ = model.n_alive()
-                self._train(model, X, ys, rng, max_iter, xp)
-                steps = 1 if incremental else int(self.n_prune_steps)
-                ft = (
-                    0
-                    if incremental
-                    else (
-                        max(1, self.max_iter // 4)
-                        if self.fine_tune_iter is None
-                        else int(self.fine_tune_iter)
-                    )
-                )
-                n0 = self.n_dense_edges_
-                for s in range(1, steps + 1):
-                    frac = float(self.density) ** (s / steps)
-                    model.prune_to(int(round(n0 * frac)) if s < steps else int(round(n0 * self.density)))
-                    if ft:
-                        self._train(model, X, ys, rng, ft, xp)
-                self._set_graph(model.to_graph(float(self.slope)))
+                self._fit_prune(X, y2, hidden, rng, incremental, max_iter, xp)
                 return self
             if isinstance(topo, str):  # 'random'
-                graph = self._random_graph(X.shape[1], y2.shape[1], rng)
+                graph = build_random_dag(
+                    SparseGraph,
+                    X.shape[1],
+                    y2.shape[1],
+                    int(self.n_hidden),
+                    self.density,
+                    self.activation,
+                    self.slope,
+                    rng,
+                )
             else:
                 graph = topo.subgraph(np.ones(topo.n_edges, bool))  # private copy
             self._check_graph(graph, X.shape[1], y2.shape[1])
@@ -625,19 +674,45 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
             self._y_mean, self._y_scale = self._target_scaling(y2, linear)
         else:
             graph = self.graph_
-        ys = (y2 - self._y_mean) / self._y_scale
-        model = _SparseModel(graph, self.device_)
-        self._train(model, X, ys, rng, max_iter, xp)
+        model = _SparseModel(graph, device)
+        self._train(model, X, self._standardise(y2), rng, max_iter, xp)
         self._set_graph(model.to_graph())
         return self
 
+    def _fit_prune(self, X, y2, hidden, rng, incremental, max_iter, xp):
+        """Dense phase, pruning rounds with fine-tuning, export as ``graph_``."""
+        sizes = [X.shape[1], *hidden, y2.shape[1]]
+        self._y_mean, self._y_scale = self._target_scaling(y2, linear=True)
+        ys = self._standardise(y2)
+        model = _DenseMasked(sizes, ACTIVATIONS[self.activation], float(self.slope), rng, xp)
+        self.n_dense_edges_ = model.n_alive()
+        self._train(model, X, ys, rng, max_iter, xp)
+        steps = 1 if incremental else int(self.n_prune_steps)
+        if incremental:
+            ft = 0
+        else:
+            ft = max(1, self.max_iter // 4) if self.fine_tune_iter is None else int(self.fine_tune_iter)
+        n0 = self.n_dense_edges_
+        for s in range(1, steps + 1):
+            frac = float(self.density) ** (s / steps)
+            model.prune_to(int(round(n0 * frac)) if s < steps else int(round(n0 * self.density)))
+            if ft:
+                self._train(model, X, ys, rng, ft, xp)
+        self._set_graph(model.to_graph(float(self.slope)))
+
+    def _standardise(self, y2):
+        """``(y2 - mean) / scale`` with the fitted target scaling, where ``y2`` lives."""
+        xp = array_module(y2)
+        return (y2 - xp.asarray(self._y_mean)) / xp.asarray(self._y_scale)
+
     @staticmethod
     def _target_scaling(y2, linear):
+        """Host ``(mean, scale)`` of the targets (zeros and ones when an output is not linear)."""
         if not linear:
             return np.zeros(y2.shape[1]), np.ones(y2.shape[1])
         scale = y2.std(axis=0)
         scale[scale < 1e-12] = 1.0
-        return y2.mean(axis=0), scale
+        return to_host(y2.mean(axis=0)), to_host(scale)
 
     def _train(self, model, X, ys, rng, n_epochs, xp):
         """Minibatch training loop shared by the dense (prune) and sparse models."""
@@ -647,7 +722,9 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
             perm = rng.permutation(n)
             n_val = max(1, int(round(self.validation_fraction * n)))
             vi, ti = perm[:n_val], perm[n_val:]
-            val = (xp.asarray(X[vi]), ys[vi])
+            if is_device_array(X):  # CuPy data is indexed with device indices
+                vi, ti = xp.asarray(vi), xp.asarray(ti)
+            val = (xp.asarray(X[vi]), to_host(ys[vi]))
             X, ys = X[ti], ys[ti]
             n = X.shape[0]
         Xd, yd = xp.asarray(X), xp.asarray(ys)
@@ -684,7 +761,10 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
                 total += loss * B
             epoch_loss = total / n
             if not np.isfinite(epoch_loss):
-                raise ValueError("training diverged (the loss is not finite); lower learning_rate_init.")
+                raise ValueError(
+                    "training diverged (the loss is not finite); lower learning_rate_init, or scale X "
+                    "to a moderate range."
+                )
             self.loss_curve_.append(epoch_loss)
             self.n_iter_ += 1
             if self.verbose:

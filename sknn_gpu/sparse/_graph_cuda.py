@@ -1,0 +1,477 @@
+"""CUDA engine of :class:`~sknn_gpu.sparse.SparseGraph`: CuPy arrays, our kernels (``_kernels/sparsenet.cu``).
+
+Same functions and signatures as the CPU engine (``_graph_cpu``: :func:`forward`,
+:func:`backward`), same results within float64 rounding. Also the GPU-only pieces: the
+device copy of the level plan (:func:`device_plan`), the executor rule
+(:func:`choose_executor`), launch configurations cached per (batch, executor) and
+:func:`prepared_forward` for benchmarks. Nothing here resolves ``device``: the caller
+chose this engine. Kernels come from :func:`sknn_gpu._kernels.get_function` (memoized per
+device); device facts from :func:`sknn_gpu._backend.device_limits`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import check_memory, device_limits, get_cupy
+from .._kernels import check_barrier_error, get_function
+
+__all__ = ["forward", "backward", "prepared_forward", "device_plan", "choose_executor", "FUSED_MAX_MEAN_WORK"]
+
+#: Mean work per level (nodes x samples) up to which the single-launch executor is used.
+FUSED_MAX_MEAN_WORK = 20000
+
+
+def device_plan(graph):
+    """Plan arrays on the current GPU (cached on the graph, never pickled)."""
+    cp = get_cupy()
+    key = cp.cuda.runtime.getDevice()
+    d = graph._dev.get(key)
+    if d is None:
+        p = graph.plan
+        d = {
+            k: cp.asarray(v)
+            for k, v in p.items()
+            if isinstance(v, np.ndarray) and k not in ("level", "slot", "nodes", "edge_id")
+        }
+        pw, pb = graph.plan_params()
+        d["w"], d["b"] = cp.asarray(pw), cp.asarray(pb)
+        d["n_in"] = p["n_in"]
+        d["n_comp"] = int(p["nodes"].size)
+        d["level_ptr_host"] = p["level_ptr"]
+        limits = device_limits(key)
+        d["n_sm"] = limits.sm_count
+        d["smem_optin"] = limits.smem_per_block_optin
+        d["indptr_host"] = p["indptr"]
+        d["indices_host"] = p["indices"]
+        d["n_out"] = int(p["out_slots"].shape[0])
+        d["n_slots"] = p["n_in"] + d["n_comp"]
+        d["n_levels_i32"] = np.int32(p["level_ptr"].shape[0] - 1)
+        d["n_in_i32"] = np.int32(p["n_in"])
+        d["n_out_i32"] = np.int32(d["n_out"])
+        d["slope"] = np.float64(graph.slope)
+        lp, indptr = p["level_ptr"], p["indptr"]
+        rows = np.diff(lp).astype(np.int64)
+        fan = np.diff(indptr).astype(np.int64)
+        d["lvl_rows"] = rows
+        d["lvl_edges"] = indptr[lp[1:]].astype(np.int64) - indptr[lp[:-1]]
+        d["lvl_fan_max"] = (
+            np.maximum.reduceat(fan, lp[:-1]) if rows.size and fan.size else np.zeros(rows.size, np.int64)
+        )
+        # host-mapped flag for the in-kernel finiteness check of X (pinned memory is
+        # addressable from kernels under unified addressing)
+        mem = cp.cuda.alloc_pinned_memory(4)
+        d["flag_mem"] = mem
+        d["flag_np"] = np.ndarray((1,), dtype=np.int32, buffer=mem)
+        d["flag_np"][0] = 0
+        d["flag_addr"] = np.uint64(mem.ptr)
+        # host-mapped error word of the fused kernels' grid barriers (grid_barrier.cuh): the
+        # device writes it only on a time-out, so reading it costs the host no copy or wait
+        mem = cp.cuda.alloc_pinned_memory(4)
+        d["bar_err_mem"] = mem
+        d["bar_err_np"] = np.ndarray((1,), dtype=np.int32, buffer=mem)
+        d["bar_err_np"][0] = 0
+        d["bar_err_addr"] = np.uint64(mem.ptr)
+        d["cfg"] = {}
+        graph._dev[key] = d
+    return d
+
+
+def _barrier_failed(d):
+    """A fused kernel's grid barrier timed out (``d['bar_err_np']`` is set): wait for the
+    launches in flight (a poisoned counter makes them fail fast), re-arm every barrier of
+    the plan (zeroed counters and error word) and raise RuntimeError."""
+    cp = get_cupy()
+    cp.cuda.Device().synchronize()
+    for cfg in d["cfg"].values():
+        for name in ("bar_fwd", "bar_bwd"):
+            if name in cfg:
+                cfg[name].fill(0)
+    cp.cuda.Device().synchronize()
+    err = d["bar_err_np"].copy()
+    d["bar_err_np"][0] = 0
+    d["flag_np"][0] = 0  # the failed launch's finiteness flag means nothing
+    check_barrier_error(err, "SparseGraph fused forward/backward")
+
+
+def choose_executor(level_sizes, batch):
+    """'fused' when the mean work per level (nodes x batch) is at most ``FUSED_MAX_MEAN_WORK``.
+
+    Small levels cannot fill the GPU, so the cost of a per-level launch (~7 us from
+    Python) dominates; one launch that walks every level with block (one block) or
+    grid synchronisation is then cheaper. Wide levels with large batches fill the
+    GPU on their own and per-level launches win.
+    """
+    n_levels = max(1, len(level_sizes))
+    mean_work = batch * float(np.sum(level_sizes)) / n_levels
+    return "fused" if mean_work <= FUSED_MAX_MEAN_WORK else "level"
+
+
+def _fused_config(d, level_sizes, batch, lanes=None):
+    """``(n_blocks, n_threads)`` for the fused backward kernel: one block (``__syncthreads``) when
+    the widest level fits in 1,024 threads, else up to one 256-thread block per SM (grid barrier;
+    at most one block per SM keeps every block co-resident)."""
+    if len(level_sizes) == 0:
+        return 1, 32
+    work = np.asarray(level_sizes, dtype=np.int64) * batch
+    if lanes is not None:
+        work = work * lanes
+    max_work = int(work.max())
+    if max_work <= 1024:
+        return 1, max(32, -(-max_work // 32) * 32)
+    return max(1, min(d["n_sm"], -(-max_work // 256))), 256
+
+
+#: Batches below this use lane groups (several lanes per (node, sample)) in the forward pass.
+LANES_MAX_BATCH = 32
+
+#: The fused forward pass keeps node values in shared memory (one block) when they fit and
+#: one block needs at most this many rounds per level on average.
+SMEM_MAX_MEAN_ROUNDS = 2.0
+
+#: Threads per block of the fused forward kernels (their ``__launch_bounds__``).
+FUSED_MAX_THREADS = 512
+
+#: Edges per lane held in the fused forward pass's edge schedule (longer rows continue
+#: through the CSR arrays); a level's schedule is also capped at 4 x its edges + 4,096.
+ELL_MAX_K = 4
+
+
+def _edge_schedule(d, lanes):
+    """Per-level edge schedule of the fused forward kernel for one lane configuration.
+
+    Entry ``(k, rr, lane)`` of level ``l`` sits at ``off[l] + (k * R + rr) * L + lane`` and
+    names edge ``lane + k * L`` of the level's row ``rr`` (source slot, or -1 past the
+    row's end, and its plan position for gathering weights), for ``k < ell_k[l]``.
+    Returns ``(off int64, ell_k int32, src int32, pos int64, tail bool)``; ``tail[l]`` is
+    True when some row of level ``l`` is longer than its schedule (the kernel then reads
+    the rest through the CSR arrays).
+    """
+    lp, indptr, indices = d["level_ptr_host"], d["indptr_host"], d["indices_host"]
+    n_levels = lp.shape[0] - 1
+    off = np.zeros(n_levels, dtype=np.int64)
+    ks = np.zeros(n_levels, dtype=np.int32)
+    tail = np.zeros(n_levels, dtype=bool)
+    srcs, poss = [], []
+    total = 0
+    for lv in range(n_levels):
+        r0, r1 = int(lp[lv]), int(lp[lv + 1])
+        R, L = r1 - r0, int(lanes[lv])
+        fan = np.diff(indptr[r0 : r1 + 1]).astype(np.int64)
+        off[lv] = total
+        if R == 0 or fan.size == 0 or fan.max() == 0:
+            continue
+        K = min(ELL_MAX_K, -(-int(fan.max()) // L))
+        while K > 0 and K * R * L > 4 * int(fan.sum()) + 4096:
+            K -= 1
+        tail[lv] = int(fan.max()) > K * L
+        if K == 0:
+            continue
+        j = np.arange(L)[None, None, :] + L * np.arange(K)[:, None, None]  # (K, 1, L)
+        valid = j < fan[None, :, None]  # (K, R, L)
+        pos = np.where(valid, indptr[r0:r1].astype(np.int64)[None, :, None] + j, 0)
+        srcs.append(np.where(valid, indices[pos], -1).astype(np.int32).ravel())
+        poss.append(pos.ravel())
+        ks[lv] = K
+        total += K * R * L
+    src = np.concatenate(srcs) if srcs else np.zeros(0, np.int32)
+    pos = np.concatenate(poss) if poss else np.zeros(0, np.int64)
+    return off, ks, src, pos, tail
+
+
+def _pow2_ceil(x):
+    return (2 ** np.ceil(np.log2(np.maximum(x, 1)))).astype(np.int64)
+
+
+def _level_lanes(d, batch):
+    """Per-level executor: lanes per (node, sample) for every level: 1 for large batches; for
+    small ones the power of two (<= 32) covering the level's mean fan-in."""
+    sizes = np.diff(d["level_ptr_host"])
+    if batch >= LANES_MAX_BATCH or sizes.size == 0:
+        return np.ones(sizes.size, dtype=np.int32)
+    mean = np.ceil(d["lvl_edges"] / np.maximum(sizes, 1))
+    return np.minimum(_pow2_ceil(mean), 32).astype(np.int32)
+
+
+def _fused_lanes(d, batch, capacity, cap):
+    """Fused executor: lanes per item for every level. A lane reads two edges before the
+    level starts (prefetched during the previous barrier), so ``ceil(max fan-in / 2)``
+    lanes finish a level's longest row in one pass; fewer when the level would then need
+    more than ``capacity`` threads, but never fewer than the mean fan-in needs."""
+    rows = d["lvl_rows"]
+    if batch >= LANES_MAX_BATCH or rows.size == 0:
+        return np.ones(rows.size, dtype=np.int32)
+    items = np.maximum(rows * batch, 1)
+    need = _pow2_ceil(np.ceil(d["lvl_fan_max"] / 2.0))
+    mean = _pow2_ceil(np.ceil(d["lvl_edges"] / np.maximum(rows, 1)))
+    fit = 2 ** np.floor(np.log2(np.maximum(capacity // items, 1))).astype(np.int64)
+    lanes = np.maximum(np.minimum(need, fit), np.minimum(mean, need))
+    return np.minimum(lanes, cap).astype(np.int32)
+
+
+def _fused_forward_config(d, batch, mode):
+    """``(mode, n_blocks, n_threads, shared_bytes, lanes)`` for the fused forward kernel."""
+    rows = d["lvl_rows"]
+    n_levels = rows.size
+    v_bytes = 8 * d["n_slots"] * batch
+    smem_fits = v_bytes + 1024 <= d["smem_optin"]
+    if mode in ("auto", "smem") and smem_fits:
+        lanes = _fused_lanes(d, batch, FUSED_MAX_THREADS, FUSED_MAX_THREADS)
+        work = rows * batch * lanes
+        unit = max(32, int(lanes.max(initial=1)))  # L > 32 lane groups must not straddle blocks
+        nthr = min(FUSED_MAX_THREADS, max(1, -(-int(work.max(initial=1)) // unit)) * unit)
+        rounds = float(np.sum(-(-work // nthr))) / max(n_levels, 1)
+        if mode == "smem" or rounds <= SMEM_MAX_MEAN_ROUNDS:
+            return "smem", 1, nthr, v_bytes, lanes
+    if mode == "smem":
+        raise ValueError(
+            f"the node values ({v_bytes:,} bytes at batch {batch}) do not fit in shared memory "
+            f"({d['smem_optin']:,} bytes); use executor='fused'."
+        )
+    cap_threads = d["n_sm"] * 256
+    lanes = _fused_lanes(d, batch, cap_threads, 256)
+    max_work = int((rows * batch * lanes).max(initial=1))
+    nthr = 256 if max_work <= cap_threads else FUSED_MAX_THREADS
+    return "grid", max(1, min(d["n_sm"], -(-max_work // nthr))), nthr, 0, lanes
+
+
+def _exec_config(d, batch, executor):
+    """Launch configuration for one (batch, executor), cached with the device plan.
+
+    ``executor`` is 'auto', 'level', 'fused', or 'fused:smem' / 'fused:grid' to force a
+    mode of the fused forward kernel (tests and benchmarks).
+    """
+    key = (batch, executor)
+    cfg = d["cfg"].get(key)
+    if cfg is not None:
+        return cfg
+    cp = get_cupy()
+    sizes = np.diff(d["level_ptr_host"])
+    mode = "auto"
+    if executor in ("fused:smem", "fused:grid"):
+        chosen, mode = "fused", executor.split(":")[1]
+    elif executor in ("level", "fused"):
+        chosen = executor
+    elif executor == "auto":
+        chosen = choose_executor(sizes, batch)
+    else:
+        raise ValueError(f"executor must be 'auto', 'level' or 'fused', got {executor!r}.")
+    i32 = np.int32
+    n_in, n_out, n_slots = d["n_in"], d["n_out"], d["n_slots"]
+    cfg = {"executor": chosen, "need": 8 * (n_slots * batch + n_out * batch), "scratch": {}}
+    slope = np.float64(d["slope"])
+    zero = np.uint64(0)
+    bar_err = d["bar_err_addr"]
+    if chosen == "fused":
+        fmode, nblk, nthr, shmem, lanes = _fused_forward_config(d, batch, mode)
+        kern = get_function("sparsenet", "forward_fused_smem" if fmode == "smem" else "forward_fused_grid")
+        if shmem > 48 * 1024:
+            # allow the largest request the mode rule can make (idempotent; once per cached config)
+            kern.max_dynamic_shared_size_bytes = d["smem_optin"] - 1024
+        cfg.update(mode=fmode, fwd=(nblk, nthr), lanes=lanes, shared_bytes=shmem)
+        cfg["needs_v"] = fmode == "grid"
+        cfg["bwd"] = _fused_config(d, sizes, batch)
+        cfg["lanes_dev"] = cp.asarray(lanes)
+        # grid-barrier arrival counters, one per kernel (each launch of it has the same block count)
+        cfg["bar_fwd"] = cp.zeros(1, dtype=cp.uint64)
+        cfg["bar_bwd"] = cp.zeros(1, dtype=cp.uint64)
+        ell_off, ell_k, ell_src, ell_pos, tail = _edge_schedule(d, lanes)
+        cfg["ell_k"], cfg["ell_tail"] = ell_k, tail
+        ell = (cp.asarray(ell_off), cp.asarray((ell_k + 256 * tail).astype(np.int32)), cp.asarray(ell_src))
+        ell_pos = cp.asarray(ell_pos)
+        dw = d["w"]
+        dw_ell = dw.take(ell_pos)  # schedule weights of the graph's own parameters
+        grid, block = (nblk,), (nthr,)
+        c = (d["level_ptr"], d["n_levels_i32"], d["indptr"], d["indices"])
+        r = (d["resp"], d["act"])
+        o = (
+            d["out_index"],
+            i32(batch),
+            d["n_in_i32"],
+            d["n_out_i32"],
+            slope,
+            cfg["bar_fwd"],
+            cfg["lanes_dev"],
+        )
+
+        def launch(X, V, out, w, b, flag=zero):
+            w_ell = dw_ell if w is dw else w.take(ell_pos)  # training passes its own weights
+            kern(
+                grid,
+                block,
+                c
+                + (w, b)
+                + r
+                + (X, np.uint64(V.data.ptr) if V is not None else zero, out)
+                + o
+                + (flag,)
+                + ell
+                + (w_ell, bar_err),
+                shared_mem=shmem,
+            )
+
+    else:
+        lanes = _level_lanes(d, batch)
+        cfg["lanes"] = lanes
+        cfg["needs_v"] = True
+        nthr = 256
+        n = batch * n_in
+        load = get_function("sparsenet", "load_inputs")
+        load_grid = (max(1, min(-(-n // nthr), 65535)),)
+        k = get_function("sparsenet", "forward_level")
+        levels = []
+        for lv in range(sizes.size):
+            n_lanes = int(sizes[lv]) * batch * int(lanes[lv])
+            if n_lanes == 0:
+                continue
+            tail = (i32(d["level_ptr_host"][lv]), i32(sizes[lv]), i32(batch), i32(n_in), i32(n_out), slope)
+            levels.append(((max(1, min(-(-n_lanes // nthr), 1 << 20)),), tail + (i32(lanes[lv]),)))
+        cfg["levels"] = levels
+        Bi, ni = i32(batch), i32(n_in)
+        head = (d["indptr"], d["indices"])
+        ra = (d["resp"], d["act"])
+        oi = d["out_index"]
+
+        def launch(X, V, out, w, b, flag=zero):
+            load(load_grid, (nthr,), (X, V, Bi, ni, flag))
+            pre = head + (w, b) + ra + (V, oi, out)
+            for grid, tail in levels:
+                k(grid, (nthr,), pre + tail)
+
+    cfg["launch"] = launch
+    d["cfg"][key] = cfg
+    return cfg
+
+
+def _scratch_values(cfg, n_slots, batch):
+    """Node-value buffer for a forward pass whose values are not returned: reused across
+    calls on the same stream (stream order keeps consecutive calls apart)."""
+    cp = get_cupy()
+    sk = cp.cuda.get_current_stream().ptr
+    V = cfg["scratch"].get(sk)
+    if V is None:
+        V = cfg["scratch"][sk] = cp.empty((n_slots, batch), dtype=cp.float64)
+    return V
+
+
+def prepared_forward(graph, X, executor="auto"):
+    """``(launch, out)``: a callable that re-runs the forward pass on CuPy ``X`` into ``out``.
+
+    Buffers and kernel arguments are prepared once, so repeated calls pay only the
+    launches (used by the benchmark to separate kernel time from Python overhead).
+    """
+    cp = get_cupy()
+    d = device_plan(graph)
+    X = cp.ascontiguousarray(X, dtype=cp.float64)
+    B = int(X.shape[0])
+    cfg = _exec_config(d, B, executor)
+    V = cp.empty((d["n_slots"], B), dtype=cp.float64) if cfg["needs_v"] else None
+    out = cp.empty((B, d["n_out"]), dtype=cp.float64)
+    launch, w, b = cfg["launch"], d["w"], d["b"]
+    return (lambda: launch(X, V, out, w, b)), out
+
+
+def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_finite=False):
+    """Our kernels: evaluate ``graph`` on CuPy ``X`` (n_samples, n_inputs), float64.
+
+    ``keep_values`` also returns the node values ``V`` (n_slots, n_samples) for the
+    backward pass. ``check_finite`` lets the kernels flag a non-finite input, waits for
+    them and raises ValueError (the public :meth:`SparseGraph.forward` uses it; it
+    replaces a separate reduction over ``X``).
+    """
+    cp = get_cupy()
+    d = graph._dev.get(cp.cuda.runtime.getDevice())
+    if d is None:
+        d = device_plan(graph)
+    if X.dtype != cp.float64 or not X.flags.c_contiguous:
+        X = cp.ascontiguousarray(X, dtype=cp.float64)
+    B = X.shape[0]
+    cfg = d["cfg"].get((B, executor))
+    if cfg is None:
+        cfg = _exec_config(d, B, executor)
+    if d["bar_err_np"][0]:  # a grid barrier of an earlier launch timed out (host-mapped: no copy)
+        _barrier_failed(d)
+    if cfg["need"] > (16 << 20):  # small work cannot be oversize; skip the driver query on the latency path
+        check_memory(cfg["need"], "cuda", "SparseGraph forward (node values)")
+    out = cp.empty((B, d["n_out"]), dtype=cp.float64)
+    if keep_values:
+        V = cp.empty((d["n_slots"], B), dtype=cp.float64)
+    elif cfg["needs_v"]:
+        V = _scratch_values(cfg, d["n_slots"], B)
+    else:
+        V = None
+    if check_finite:
+        cfg["launch"](X, V, out, d["w"] if w is None else w, d["b"] if b is None else b, d["flag_addr"])
+        cp.cuda.get_current_stream().synchronize()
+        if d["bar_err_np"][0]:
+            _barrier_failed(d)
+        flag = d["flag_np"]
+        if flag[0]:
+            flag[0] = 0
+            raise ValueError("X contains NaN or infinite values.")
+    else:
+        cfg["launch"](X, V, out, d["w"] if w is None else w, d["b"] if b is None else b)
+    return (out, V) if keep_values else out
+
+
+def backward(graph, V, G_out, w, executor="auto"):
+    """Our kernels: plan-order gradients ``(gw, gb)`` given dL/d(outputs) (n_outputs, B) on the GPU."""
+    cp = get_cupy()
+    d = device_plan(graph)
+    B = int(V.shape[1])
+    n_in, n_comp = d["n_in"], d["n_comp"]
+    lp = d["level_ptr_host"]
+    sizes = np.diff(lp)
+    i32 = np.int32
+    if 16 * n_comp * B > (16 << 20):
+        check_memory(16 * n_comp * B, "cuda", "SparseGraph backward (gradients)")
+    G = cp.zeros((n_comp, B), dtype=cp.float64)
+    G[d["out_slots"] - n_in] = G_out  # output ids are unique
+    D = cp.empty((n_comp, B), dtype=cp.float64)
+    slope = np.float64(graph.slope)
+    if d["bar_err_np"][0]:  # a grid barrier of an earlier launch timed out (host-mapped: no copy)
+        _barrier_failed(d)
+    cfg = _exec_config(d, B, executor)
+    args_tail = (
+        d["t_indptr"],
+        d["t_rows"],
+        d["t_perm"],
+        w,
+        d["resp"],
+        d["act"],
+        V,
+        G,
+        D,
+        i32(B),
+        i32(n_in),
+        slope,
+    )
+    if cfg["executor"] == "fused":
+        nblk, nthr = cfg["bwd"]
+        args = (
+            (d["level_ptr"], d["n_levels_i32"])
+            + args_tail
+            + (cfg["bar_bwd"], i32(nblk > 1), d["bar_err_addr"])
+        )
+        get_function("sparsenet", "backward_fused")((nblk,), (nthr,), args)
+    else:
+        nthr = 256
+        for level in range(len(sizes) - 1, -1, -1):
+            r0, nr = int(lp[level]), int(sizes[level])
+            n = nr * B
+            if n == 0:
+                continue
+            grid = max(1, min(-(-n // nthr), 1 << 20))
+            get_function("sparsenet", "backward_level")((grid,), (nthr,), (i32(r0), i32(nr)) + args_tail)
+    E = int(d["indices"].shape[0])
+    gw = cp.empty(E, dtype=cp.float64)
+    gb = cp.empty(n_comp, dtype=cp.float64)
+    if E:
+        grid = max(1, min(-(-E // 8), 65535))
+        get_function("sparsenet", "edge_grad")(
+            (grid,), (256,), (d["row_of_edge"], d["indices"], d["resp"], D, V, gw, i32(E), i32(B))
+        )
+    if n_comp:
+        grid = max(1, min(-(-n_comp // 8), 65535))
+        get_function("sparsenet", "row_sum")((grid,), (256,), (D, gb, i32(n_comp), i32(B)))
+    return gw, gb
