@@ -7,7 +7,7 @@ import pytest
 
 from sknn_gpu._backend import InsufficientMemoryError, to_host
 from sknn_gpu.memory import GBNNMemory, erasure_error_rate, theoretical_density
-from sknn_gpu.memory._gbnn import _unpack
+from sknn_gpu.memory._gbnn_cpu import _unpack
 
 RULES = ["sum-of-sum", "sum-of-max", "joint"]
 

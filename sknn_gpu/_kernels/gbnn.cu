@@ -1,6 +1,6 @@
 // GBNNMemory kernels: Gripon-Berrou clique associative memory over a bit-packed W.
 //
-// Compile-time constants (prepended by sknn_gpu._kernels.load_module):
+// Compile-time constants (prepended by sknn_gpu._kernels.get_function):
 //   NC       number of clusters C
 //   NL       neurons per cluster L
 //   LW       32-bit words per cluster, ceil(L / 32)
@@ -17,8 +17,8 @@
 // Retrieval runs one thread block per probe; thread w owns word w of the state, so
 // blockDim.x = CW rounded up to a multiple of 32. Each block iterates its own probe
 // until that probe converges (or max_iter), so converged probes cost nothing more.
-// The host-side NumPy path in sknn_gpu/memory/_gbnn.py performs exactly the same
-// steps; results are bit-identical.
+// The CPU engine sknn_gpu/memory/_gbnn_cpu.py performs exactly the same steps; results
+// are bit-identical.
 
 __device__ __forceinline__ unsigned int gbnn_valid_mask(int q)
 {
@@ -64,7 +64,7 @@ extern "C" __global__ void gbnn_popcount(const unsigned int* __restrict__ W, lon
 #ifdef RULE
 
 // Tie-breaking hash (splitmix64 finalizer), the same integer steps as _tie_keys() in
-// _gbnn.py: h folds (seed, every symbol of the probe); cluster c draws
+// _gbnn_cpu.py: h folds (seed, every symbol of the probe); cluster c draws
 // mix64(h + (c+1)*GOLDEN) >> 32.
 #define GBNN_GOLDEN 0x9E3779B97F4A7C15ull
 __device__ __forceinline__ unsigned long long gbnn_mix64(unsigned long long z)
@@ -73,6 +73,18 @@ __device__ __forceinline__ unsigned long long gbnn_mix64(unsigned long long z)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
+
+#if RULE == 0
+// Sum-of-sum score (eq. 3) of bit b of a state word: its count in the bit-sliced counters
+// pl[] plus gamma when the neuron is active (bit b of old).
+__device__ __forceinline__ double gbnn_sos_score(const unsigned int* pl, unsigned int old, int b, double gamma)
+{
+    int cnt = 0;
+#pragma unroll
+    for (int p = 0; p < NPLANES; ++p) cnt |= (int)((pl[p] >> b) & 1u) << p;
+    return (double)cnt + (((old >> b) & 1u) ? gamma : 0.0);
+}
+#endif
 
 // BAIL-OUT-EARLY test of one neuron (row) against state sv: for every cluster c2 other
 // than its own (and, when skip_known, other than the probe's known clusters), some
@@ -111,6 +123,16 @@ __device__ __forceinline__ unsigned int gbnn_som_word(const unsigned int* __rest
         if (gbnn_boe(W + j * CW, sv, c, sx, skip_known)) res |= 1u << b;
     }
     return res;
+}
+
+// Commit the new state sn into sv (a block-wide barrier on both sides); true when some
+// word changed.
+__device__ __forceinline__ bool gbnn_commit(unsigned int* sv, const unsigned int* sn, int w, bool own)
+{
+    int changed = __syncthreads_or(own && sn[w] != sv[w]);
+    if (own) sv[w] = sn[w];
+    __syncthreads();
+    return changed != 0;
 }
 
 extern "C" __global__ void gbnn_retrieve(const unsigned int* __restrict__ W, const int* __restrict__ X,
@@ -181,10 +203,7 @@ extern "C" __global__ void gbnn_retrieve(const unsigned int* __restrict__ W, con
                 while (bits) {
                     int b = __ffs(bits) - 1;
                     bits &= bits - 1u;
-                    int cnt = 0;
-#pragma unroll
-                    for (int p = 0; p < NPLANES; ++p) cnt |= (int)((pl[p] >> b) & 1u) << p;
-                    double s = (double)cnt + (((old >> b) & 1u) ? gamma : 0.0);
+                    double s = gbnn_sos_score(pl, old, b, gamma);
                     mx = s > mx ? s : mx;
                 }
                 smax[w] = mx;
@@ -202,19 +221,12 @@ extern "C" __global__ void gbnn_retrieve(const unsigned int* __restrict__ W, con
                 while (bits) {
                     int b = __ffs(bits) - 1;
                     bits &= bits - 1u;
-                    int cnt = 0;
-#pragma unroll
-                    for (int p = 0; p < NPLANES; ++p) cnt |= (int)((pl[p] >> b) & 1u) << p;
-                    double s = (double)cnt + (((old >> b) & 1u) ? gamma : 0.0);
-                    if (s == cm) res |= 1u << b;
+                    if (gbnn_sos_score(pl, old, b, gamma) == cm) res |= 1u << b;
                 }
                 sn[w] = res;
             }
             ++t;
-            int changed = __syncthreads_or(own && sn[w] != sv[w]);
-            if (own) sv[w] = sn[w];
-            __syncthreads();
-            if (!changed) {
+            if (!gbnn_commit(sv, sn, w, own)) {
                 conv = 1;
                 break;
             }
@@ -234,10 +246,7 @@ extern "C" __global__ void gbnn_retrieve(const unsigned int* __restrict__ W, con
                 sn[w] = gbnn_som_word(W, sv, sx, w, cand, false);
             }
             ++t;
-            int changed = __syncthreads_or(own && sn[w] != sv[w]);
-            if (own) sv[w] = sn[w];
-            __syncthreads();
-            if (!changed) {
+            if (!gbnn_commit(sv, sn, w, own)) {
                 conv = 1;
                 break;
             }
@@ -298,10 +307,7 @@ extern "C" __global__ void gbnn_retrieve(const unsigned int* __restrict__ W, con
                     sn[w] = upd ? gbnn_som_word(W, sv, sx, w, sv[w], true) : sv[w];
                 }
                 ++t;
-                int changed = __syncthreads_or(own && sn[w] != sv[w]);
-                if (own) sv[w] = sn[w];
-                __syncthreads();
-                if (changed) continue;
+                if (gbnn_commit(sv, sn, w, own)) continue;
                 full_check = true;
             }
             if (full_check) {

@@ -1,0 +1,80 @@
+"""CUDA engine of :class:`~sknn_gpu.memory.GBNNMemory`: CuPy arrays, our kernels (``_kernels/gbnn.cu``).
+
+Same functions and signatures as the CPU engine (``_gbnn_cpu``: :func:`store`,
+:func:`count_edges`, :func:`retrieve`) and bit-identical results. Nothing here resolves
+``device``: the estimator chose this engine. Kernels come from
+:func:`sknn_gpu._kernels.get_function` (memoized per device).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import get_cupy
+from .._kernels import get_function
+from ._gbnn_cpu import _n_planes, _n_words
+
+__all__ = ["store", "count_edges", "retrieve", "MAX_GPU_ROW_WORDS"]
+
+#: Largest number of 32-bit words per neuron row the GPU kernels handle (one thread
+#: per word, one block per probe): ``n_clusters * ceil(cluster_size / 32) <= 1024``.
+MAX_GPU_ROW_WORDS = 1024
+
+_RULE_IDS = {"sum-of-sum": 0, "sum-of-max": 1, "joint": 2}
+
+
+def _defines(C, L):
+    Lw = _n_words(L)
+    return {"NC": int(C), "NL": int(L), "LW": Lw, "CW": int(C) * Lw}
+
+
+def store(W, X, L):
+    """OR the clique of every message of ``X`` (M, C) into ``W`` (n, CW), in place."""
+    cp = get_cupy()
+    X = cp.ascontiguousarray(X, dtype=cp.int32)
+    C = X.shape[1]
+    M = X.shape[0]
+    if M == 0 or C < 2:
+        return
+    kern = get_function("gbnn", "gbnn_store", **_defines(C, L))
+    total = M * C * C
+    blocks = int(min((total + 255) // 256, 65535 * 8))
+    kern((blocks,), (256,), (X, np.int64(M), W))
+
+
+def count_edges(W, C, L):
+    """Number of set bits of ``W`` (every edge counted in both directions)."""
+    cp = get_cupy()
+    out = cp.zeros(1, dtype=cp.uint64)
+    n_words = W.size
+    kern = get_function("gbnn", "gbnn_popcount", **_defines(C, L))
+    blocks = int(max(1, min((n_words + 255) // 256, 4096)))
+    kern((blocks,), (256,), (W, np.int64(n_words), out))
+    return int(out.get()[0])
+
+
+def retrieve(W, X, seed, rule, gamma, max_iter, L):
+    """Complete the probes ``X`` (K, C) (``-1`` = erased) with ``rule``; see the CPU engine.
+
+    One thread block per probe, all probes in one launch. The kernel computes the
+    tie-breaking hash itself (the same integer steps as the CPU engine's ``_tie_keys``).
+    Returns CuPy arrays.
+    """
+    cp = get_cupy()
+    X = cp.ascontiguousarray(X, dtype=cp.int32)
+    W = cp.ascontiguousarray(W)
+    K, C = X.shape
+    d = _defines(C, L)
+    kern = get_function("gbnn", "gbnn_retrieve", RULE=_RULE_IDS[rule], NPLANES=_n_planes(C, L), **d)
+    msgs = cp.empty((K, C), dtype=cp.int32)
+    cnts = cp.empty((K, C), dtype=cp.int32)
+    iters = cp.empty(K, dtype=cp.int32)
+    convs = cp.empty(K, dtype=cp.uint8)
+    threads = ((d["CW"] + 31) // 32) * 32
+    grid = int(min(K, 2**31 - 1))
+    kern(
+        (grid,),
+        (threads,),
+        (W, X, np.int64(K), np.uint64(seed), np.float64(gamma), np.int32(max_iter), msgs, cnts, iters, convs),
+    )
+    return msgs, cnts, iters, convs.astype(cp.bool_)
