@@ -313,17 +313,19 @@ def config_context(*, output_type=None):
         _config.reset(token)
 
 
-def same_type_as_input(result, reference):
+def same_type_as_input(result, reference, output_type=None):
     """Convert an estimator's ``result`` to its output type (cuML-style).
 
     By default the output follows ``reference``, the input: NumPy in gives NumPy out;
-    CuPy in gives CuPy out. Under ``config_context(output_type='numpy'|'cupy')`` the
-    output is always that type instead. Tuples and lists are converted element by
-    element. Estimators pass every returned array through here, and nothing else.
+    CuPy in gives CuPy out. ``output_type`` ('input', 'numpy' or 'cupy'; an estimator's
+    own parameter) overrides that, and when it is None the current
+    ``config_context(output_type=...)`` decides. Tuples and lists are converted element
+    by element. Estimators pass every returned array through here, and nothing else.
     """
+    if output_type is None:
+        output_type = _config.get()["output_type"]
     if isinstance(result, (tuple, list)):
-        return type(result)(same_type_as_input(r, reference) for r in result)
-    output_type = _config.get()["output_type"]
+        return type(result)(same_type_as_input(r, reference, output_type) for r in result)
     if output_type == "cupy" or (output_type == "input" and is_device_array(reference)):
         return to_device(result, "cuda")
     return to_host(result)

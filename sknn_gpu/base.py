@@ -5,20 +5,23 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
+from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import StrOptions
 
 from . import __version__, _backend
 from ._backend import (
+    OUTPUT_TYPES,
     array_module,
     cuda_available,
     get_xp,
     is_cupy_sparse,
     is_device_array,
+    same_type_as_input,
     to_device,
     to_host,
 )
 
-__all__ = ["DeviceMixin", "host_state", "device_state"]
+__all__ = ["DeviceMixin", "DeviceClassifierMixin", "DeviceRegressorMixin", "host_state", "device_state"]
 
 #: key of the sknn_gpu version stamped into every pickle (beside scikit-learn's own)
 _VERSION_KEY = "_sknn_gpu_version"
@@ -70,6 +73,8 @@ class DeviceMixin:
     """
 
     _device_constraints = {"device": [StrOptions({"auto", "cpu", "cuda"})]}
+    #: merge into ``_parameter_constraints`` of an estimator that has an ``output_type`` parameter
+    _output_constraints = {"output_type": [None, StrOptions(set(OUTPUT_TYPES))]}
     _transient_attributes = ("_device_cache",)
     #: fitted attributes that stay NumPy whatever the device (part of the estimator's contract)
     _host_attributes = ()
@@ -130,6 +135,14 @@ class DeviceMixin:
             )
         return X
 
+    def _output(self, result, X):
+        """``result`` as this estimator returns it: the type of ``X``, or what ``output_type`` says.
+
+        The estimator's own ``output_type`` parameter (when it has one and it is not None)
+        wins over ``sknn_gpu.config_context(output_type=...)``.
+        """
+        return same_type_as_input(result, X, getattr(self, "output_type", None))
+
     def _resolve_device(self):
         """Resolve ``device`` into ``device_`` ('cpu' or 'cuda'): once per ``fit``, nowhere else.
 
@@ -181,3 +194,29 @@ class DeviceMixin:
             super().__setstate__(state)
         else:  # pragma: no cover - BaseEstimator always defines it
             self.__dict__.update(state)
+
+
+class DeviceClassifierMixin(ClassifierMixin):
+    """scikit-learn's ClassifierMixin whose ``score`` also takes CuPy ``X``/``y``.
+
+    scikit-learn's ``accuracy_score`` refuses CuPy arrays unless array-API dispatch is on;
+    the labels are small, so they are compared on the host.
+    """
+
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of ``self.predict(X)`` against ``y`` (NumPy or CuPy arrays)."""
+        from sklearn.metrics import accuracy_score
+
+        return float(
+            accuracy_score(to_host(y), to_host(self.predict(X)), sample_weight=to_host(sample_weight))
+        )
+
+
+class DeviceRegressorMixin(RegressorMixin):
+    """scikit-learn's RegressorMixin whose ``score`` (R^2) also takes CuPy ``X``/``y``."""
+
+    def score(self, X, y, sample_weight=None):
+        """Coefficient of determination of ``self.predict(X)`` against ``y`` (NumPy or CuPy)."""
+        from sklearn.metrics import r2_score
+
+        return float(r2_score(to_host(y), to_host(self.predict(X)), sample_weight=to_host(sample_weight)))

@@ -316,3 +316,57 @@ def test_cuda_pickle_gives_numpy_and_reloads_on_gpu(rng):
     est2 = pickle.loads(pickle.dumps(est))
     assert isinstance(est2.mean_, cupy.ndarray)
     np.testing.assert_allclose(est2.mean_.get(), X.mean(axis=0))
+
+
+class _ToyClassifier(DeviceMixin, sknn_gpu.base.DeviceClassifierMixin, BaseEstimator):
+    """Predicts the sign of the first column; has an ``output_type`` parameter."""
+
+    _parameter_constraints = {**DeviceMixin._device_constraints, **DeviceMixin._output_constraints}
+
+    def __init__(self, device="auto", output_type=None):
+        self.device = device
+        self.output_type = output_type
+
+    def fit(self, X, y):
+        self._validate_params()
+        self._resolve_device()
+        self.classes_ = np.array([0, 1])
+        return self
+
+    def predict(self, X):
+        return self._output((to_host(X)[:, 0] > 0).astype(int), X)
+
+
+def test_estimator_output_type_parameter_overrides_the_config(rng):
+    X = rng.standard_normal((10, 2))
+    clf = _ToyClassifier(device="cpu").fit(X, X[:, 0] > 0)
+    assert isinstance(clf.predict(X), np.ndarray)
+    with sknn_gpu.config_context(output_type="numpy"):
+        assert isinstance(clf.predict(X), np.ndarray)
+    with pytest.raises(ValueError, match="output_type"):
+        _ToyClassifier(device="cpu", output_type="torch").fit(X, X[:, 0] > 0)
+
+
+def test_device_classifier_score_compares_on_the_host(rng):
+    X = rng.standard_normal((50, 2))
+    y = (X[:, 0] > 0).astype(int)
+    y[:5] = 1 - y[:5]
+    clf = _ToyClassifier(device="cpu").fit(X, y)
+    assert clf.score(X, y) == pytest.approx(0.9)
+    w = np.ones(50)
+    w[:5] = 0.0
+    assert clf.score(X, y, sample_weight=w) == pytest.approx(1.0)
+
+
+@pytest.mark.cuda
+def test_device_classifier_score_and_output_type_on_cupy(rng):
+    import cupy
+
+    X = rng.standard_normal((50, 2))
+    y = (X[:, 0] > 0).astype(int)
+    clf = _ToyClassifier(device="cpu").fit(X, y)
+    Xd, yd = cupy.asarray(X), cupy.asarray(y)
+    assert clf.score(Xd, yd) == 1.0  # no array-API dispatch needed
+    assert isinstance(clf.predict(Xd), cupy.ndarray)
+    assert isinstance(clf.set_params(output_type="numpy").predict(Xd), np.ndarray)
+    assert isinstance(clf.set_params(output_type="cupy").predict(X), cupy.ndarray)
