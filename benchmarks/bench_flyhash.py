@@ -30,7 +30,7 @@ from _harness import H100, Table, environment_header, floor_seconds, fmt_time, t
 
 from sknn_gpu._backend import cuda_available
 from sknn_gpu.fly import FlyHashTransformer
-from sknn_gpu.fly._flyhash import _winners_from_packed
+from sknn_gpu.fly._flyhash_cpu import winners_from_packed
 
 SMEM_WORDS_PER_S = 132 * 32 * 1.98e9  # H100 SXM: 32 banks x 4 B per clock per SM
 
@@ -96,7 +96,7 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
         import cupy
         import cupyx.scipy.sparse as csp
 
-        from sknn_gpu.fly._flyhash import _words_cuda
+        from sknn_gpu.fly._flyhash_cuda import words as words_cuda
 
         fh = FlyHashTransformer(
             n_components=m, n_connections=s, k=k, output="packed", random_state=0, device="cuda"
@@ -104,14 +104,14 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
         fh.fit(X[:1])
         Xd = cupy.asarray(X)
         packed = fh.transform(Xd)
-        ours_win = _winners_from_packed(packed.get(), m, k)
+        ours_win = winners_from_packed(packed.get(), m, k)
         t_call = time_gpu(lambda: fh.transform(Xd), repeat=repeat_gpu, warmup=2)
-        t_kern = time_gpu(lambda: _words_cuda(fh, Xd, "exact"), repeat=repeat_gpu, warmup=1)
+        t_kern = time_gpu(lambda: words_cuda(fh, Xd, "exact"), repeat=repeat_gpu, warmup=1)
         table.add(
             "ours GPU (transform)", "cuda", t_call, "exact k, ties -> lower index", "CuPy in, packed out"
         )
         stats = {}
-        _words_cuda(fh, Xd, "exact", stats)
+        words_cuda(fh, Xd, "exact", stats)
         fb = stats.get("fallback_rows", 0)
         table.add(
             "ours GPU (fused kernel)",
@@ -126,7 +126,7 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             # threshold; the fused kernel flags those rows and the exact fallback finishes them
             Xt = (Xd > 0.5).astype(cupy.float32)
             st = {}
-            _words_cuda(fh, Xt, "exact", st)
+            words_cuda(fh, Xt, "exact", st)
             table.add(
                 "ours GPU, binarised X (ties)",
                 "cuda",
@@ -148,12 +148,12 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             return outs
 
         def bisection():
-            from sknn_gpu.fly._flyhash import _wta_bisect_mask
+            from sknn_gpu.fly._wta import wta_bisect_mask
 
             outs = []
             for st in range(0, n, batch):
                 A = cupy.ascontiguousarray((Wd @ Xd[st : st + batch].T).T)
-                outs.append(_wta_bisect_mask(A, k))
+                outs.append(wta_bisect_mask(A, k))
             return outs
 
         comp = composition()
@@ -180,7 +180,7 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
         cupy.get_default_memory_pool().free_all_blocks()
         ref_win = ours_win
     t_ours_cpu = time_cpu(lambda: fh_cpu.transform(Xc), repeat=3, warmup=1) * scale
-    cpu_win = _winners_from_packed(fh_cpu.transform(Xc), m, k)
+    cpu_win = winners_from_packed(fh_cpu.transform(Xc), m, k)
     q_cpu = "bit-identical to GPU" if ref_win is not None and np.array_equal(cpu_win, ref_win[:n_cpu]) else ""
     if ref_win is not None and not q_cpu:
         q_cpu = "DIFFERS from GPU"
@@ -222,7 +222,7 @@ def sweep(args, gpu):
         import cupy
         import cupyx.scipy.sparse as csp
 
-        from sknn_gpu.fly._flyhash import _wta_bisect_mask
+        from sknn_gpu.fly._wta import wta_bisect_mask
 
         fh = FlyHashTransformer(
             n_components=m, n_connections=s, k=k, output="packed", random_state=0, device="cuda"
@@ -246,7 +246,7 @@ def sweep(args, gpu):
             def bis(Xd=Xd, n=n, batch=batch):
                 for st in range(0, n, batch):
                     A = cupy.ascontiguousarray((Wd @ Xd[st : st + batch].T).T)
-                    _wta_bisect_mask(A, k)
+                    wta_bisect_mask(A, k)
 
             rep = 10 if n <= 4096 else 3
             prep = 3 if n <= 4096 else 2

@@ -141,15 +141,15 @@ def run_case(name, X_train, X_test, y_train, y_test, params, gpu, quick):
             "NumPy in/out: includes H2D copy + sync",
         )
         # where the predict time goes (one batch of the whole test set)
-        from sknn_gpu.fly._flynn import _nearest_class, _row_normalize
+        from sknn_gpu.fly import _flynn_cuda
 
-        Xn = _row_normalize(Xte_d, "cuda")
+        Xn = _flynn_cuda.row_normalize(Xte_d)
         w = clf.hasher_._winners(Xn)
         fT = cp.ascontiguousarray(clf.filters_.T)
         pred_t.add(
             "  of which: row normalisation",
             "cuda",
-            time_gpu(lambda: _row_normalize(Xte_d, "cuda"), repeat=reps * 4),
+            time_gpu(lambda: _flynn_cuda.row_normalize(Xte_d), repeat=reps * 4),
             "",
             "flynn.cu, one warp per row",
         )
@@ -163,7 +163,7 @@ def run_case(name, X_train, X_test, y_train, y_test, params, gpu, quick):
         pred_t.add(
             "  of which: novelty + argmin",
             "cuda",
-            time_gpu(lambda: _nearest_class(w, fT, "cuda"), repeat=reps * 4),
+            time_gpu(lambda: _flynn_cuda.nearest_class(w, fT), repeat=reps * 4),
             "",
             "flynn.cu (fused for <= 32 classes)",
         )

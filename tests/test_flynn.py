@@ -11,8 +11,8 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sknn_gpu._backend import to_host
-from sknn_gpu.fly import FlyNNClassifier, merge_flynn
-from sknn_gpu.fly._flynn import _dp_release, _row_normalize
+from sknn_gpu.fly import FlyNNClassifier, _flynn_cpu, merge_flynn
+from sknn_gpu.fly._flynn import _dp_release, engine
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +30,8 @@ def _blobs(rng, n=240, d=12, n_classes=4):
 
 def _codes_counts(clf, X, y):
     """Independent count table: one-hot codes from the hasher, summed per class with np.add.at."""
-    w = to_host(clf.hasher_._winners(clf._prepare(np.asarray(X, dtype=np.float64))))
+    Xd = _on(clf, np.asarray(X, dtype=np.float64))
+    w = to_host(clf.hasher_._winners(engine(clf.device_).row_normalize(Xd) if clf.normalize else Xd))
     counts = np.zeros((len(clf.classes_), clf.n_components_), dtype=np.int64)
     rows = np.searchsorted(clf.classes_, y)
     np.add.at(counts, (np.repeat(rows, w.shape[1]), w.ravel()), 1)
@@ -165,12 +166,12 @@ def test_digits_accuracy_close_to_knn(digits):
 def test_row_normalize_centres_and_scales(rng):
     X = rng.normal(size=(40, 70)) * rng.uniform(0.1, 50, size=(40, 1)) + rng.normal(size=(40, 1)) * 100
     X[7] = 3.0  # constant row -> zeros
-    Z = _row_normalize(X, "cpu")
+    Z = _flynn_cpu.row_normalize(X)
     keep = np.arange(40) != 7
     assert np.allclose(Z[keep].mean(axis=1), 0, atol=1e-12)
     assert np.allclose(np.linalg.norm(Z[keep], axis=1), 1, atol=1e-12)
     assert np.all(Z[7] == 0)
-    assert _row_normalize(X.astype(np.float32), "cpu").dtype == np.float32
+    assert _flynn_cpu.row_normalize(X.astype(np.float32)).dtype == np.float32
 
 
 def test_normalize_protects_against_a_large_offset(digits):
@@ -442,8 +443,8 @@ def test_row_normalize_bit_identical(rng):
     for dtype in (np.float32, np.float64):
         X = (rng.normal(size=(300, 77)) * rng.uniform(0.1, 100, size=(300, 1))).astype(dtype)
         X[5] = 2.5  # a constant row: centred to zeros
-        cpu = _row_normalize(X, "cpu")
-        gpu = cp.asnumpy(_row_normalize(cp.asarray(X), "cuda"))
+        cpu = _flynn_cpu.row_normalize(X)
+        gpu = cp.asnumpy(engine("cuda").row_normalize(cp.asarray(X)))
         assert gpu.dtype == dtype
         assert np.array_equal(cpu, gpu)
         assert np.all(cpu[5] == 0)

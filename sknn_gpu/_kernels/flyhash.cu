@@ -1,6 +1,6 @@
 // FlyHash kernels: fused sparse binary projection + exact winner-take-all.
 //
-// Numerical contract shared with the CPU path (sknn_gpu/fly/_flyhash.py):
+// Numerical contract shared with the CPU engine (sknn_gpu/fly/_flyhash_cpu.py):
 //   activation(row, u) = float32 sum, starting at +0.0, of x[row, j] over the S
 //   connections j of unit u in ascending j order, one __fadd_rn at a time.
 //   Winners: the K largest activations; ties -> lower unit index; -0.0 == +0.0.
@@ -89,8 +89,14 @@ __device__ __forceinline__ int unpack_index(const uint4& w, int t)
     return (int)word;
 }
 
+// Activation of unit u: the float32 sum of x[j * STRIDE] over its S connections j,
+// in ascending connection order, one __fadd_rn each. The one place both kernels
+// compute an activation: the fused kernel reads its transposed shared-memory rows
+// (STRIDE = ROWSP, plain loads), flyhash_activations a global row (STRIDE = 1,
+// read-only cached loads), so the two give the same bits.
+template <int STRIDE, bool GLOBAL>
 __device__ __forceinline__ float unit_activation(const IDX_T* __restrict__ idx, int u,
-                                                 const float* __restrict__ xs_r)
+                                                 const float* __restrict__ x)
 {
     const uint4* p = reinterpret_cast<const uint4*>(idx + (size_t)u * SP);
     float acc = 0.0f;
@@ -99,7 +105,14 @@ __device__ __forceinline__ float unit_activation(const IDX_T* __restrict__ idx, 
         const uint4 w = __ldg(p + v);
 #pragma unroll
         for (int t = 0; t < IDX_PER_VEC; ++t) {
-            if (v * IDX_PER_VEC + t < S) acc = __fadd_rn(acc, xs_r[unpack_index(w, t) * ROWSP]);
+            if (v * IDX_PER_VEC + t < S) {
+                const float* xj = x + unpack_index(w, t) * STRIDE;
+                if constexpr (GLOBAL) {
+                    acc = __fadd_rn(acc, __ldg(xj));
+                } else {
+                    acc = __fadd_rn(acc, *xj);
+                }
+            }
         }
     }
     return acc;
@@ -240,7 +253,7 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
             for (int i = 0; i < 32; ++i) {
                 const int u = wd * 32 + i;
                 if (u >= n_sample) break;
-                const float v = unit_activation(idx, u, xs_r);
+                const float v = unit_activation<ROWSP, false>(idx, u, xs_r);
                 if (active) atomicAdd(&hist[coarse_bin(v, lo, scale) * ROWS + r], 1u);
             }
         }
@@ -299,7 +312,7 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
             for (int i = 0; i < 32; ++i) {
                 const int u = wd * 32 + i;
                 if (u >= M) break;
-                const float v = unit_activation(idx, u, xs_r);
+                const float v = unit_activation<ROWSP, false>(idx, u, xs_r);
                 if (!active) continue;
                 const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
                 if (c == NB) ++over;
@@ -343,7 +356,7 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
             for (int i = 0; i < 32; ++i) {
                 const int u = wd * 32 + i;
                 if (u >= M) break;
-                const float v = unit_activation(idx, u, xs_r);
+                const float v = unit_activation<ROWSP, false>(idx, u, xs_r);
                 const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
                 if (c > bstar) {
                     bits |= unit_bit(u);
@@ -394,18 +407,7 @@ extern "C" __global__ void flyhash_activations(const float* __restrict__ X, cons
     const int i = blockIdx.y;
     if (u >= M || i >= nrows) return;
     const long long row = rows ? rows[i] : (long long)i;
-    const float* x = X + row * ldx;
-    const uint4* p = reinterpret_cast<const uint4*>(idx + (size_t)u * SP);
-    float acc = 0.0f;
-#pragma unroll
-    for (int v = 0; v < (S + IDX_PER_VEC - 1) / IDX_PER_VEC; ++v) {
-        const uint4 w = __ldg(p + v);
-#pragma unroll
-        for (int t = 0; t < IDX_PER_VEC; ++t) {
-            if (v * IDX_PER_VEC + t < S) acc = __fadd_rn(acc, __ldg(x + unpack_index(w, t)));
-        }
-    }
-    A[(long long)i * M + u] = acc;
+    A[(long long)i * M + u] = unit_activation<1, true>(idx, u, X + row * ldx);
 }
 
 // Winner indices, ascending, from the bit words: one warp per row.

@@ -9,9 +9,10 @@
 //                              class weights of one Kenyon cell are contiguous
 //   novelty  float64 (n, L)    s_l(x) = sum_j w_l[winner_j(x)]
 //
-// Parity with the NumPy reference: counts are integers (atomic adds commute), the
-// novelty of (x, l) is summed sequentially over j = 0..k-1 in double precision, in
-// the same order as the CPU path (additions only, so no FMA contraction can occur),
+// Parity with the NumPy reference (sknn_gpu/fly/_flynn_cpu.py): counts are integers
+// (atomic adds commute), the novelty of (x, l) is summed sequentially over
+// j = 0..k-1 in double precision, in the same order as the CPU engine (additions
+// only, so no FMA contraction can occur),
 // and the arg-min breaks ties towards the lowest class index like numpy.argmin.
 // Row normalisation uses explicit round-to-nearest intrinsics (no FMA) and a fixed
 // summation order (below) that the host reference reproduces.
@@ -57,6 +58,23 @@ extern "C" __global__ void flynn_novelty(const int* __restrict__ winners,
     }
 }
 
+// Index of the smallest of s[0..n_classes-1], the lowest index on ties (numpy.argmin's
+// rule): the one arg-min of flynn_argmin and flynn_predict. Inlined with the
+// compile-time N_CLASSES of flynn_predict, the loop unrolls and s stays in registers
+// (the PTX is the same as with the loop written out in each kernel).
+__device__ __forceinline__ int lowest_arg(const double* s, const int n_classes)
+{
+    double best = s[0];
+    int arg = 0;
+    for (int l = 1; l < n_classes; ++l) {
+        if (s[l] < best) {
+            best = s[l];
+            arg = l;
+        }
+    }
+    return arg;
+}
+
 // One thread per sample: index of the smallest novelty, lowest class index on ties.
 extern "C" __global__ void flynn_argmin(const double* __restrict__ novelty,
                                         long long* __restrict__ out,
@@ -65,16 +83,7 @@ extern "C" __global__ void flynn_argmin(const double* __restrict__ novelty,
 {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
          i += (long long)blockDim.x * gridDim.x) {
-        const double* s = novelty + i * n_classes;
-        double best = s[0];
-        int arg = 0;
-        for (int l = 1; l < n_classes; ++l) {
-            if (s[l] < best) {
-                best = s[l];
-                arg = l;
-            }
-        }
-        out[i] = arg;
+        out[i] = lowest_arg(novelty + i * n_classes, n_classes);
     }
 }
 
@@ -101,16 +110,7 @@ extern "C" __global__ void flynn_predict(const int* __restrict__ winners,
 #pragma unroll
             for (int l = 0; l < N_CLASSES; ++l) s[l] = __dadd_rn(s[l], f[l]);
         }
-        double best = s[0];
-        int arg = 0;
-#pragma unroll
-        for (int l = 1; l < N_CLASSES; ++l) {
-            if (s[l] < best) {
-                best = s[l];
-                arg = l;
-            }
-        }
-        out[i] = arg;
+        out[i] = lowest_arg(s, N_CLASSES);
     }
 }
 #endif

@@ -16,6 +16,7 @@ several parties that share the projection add up to the counts of the pooled dat
 from __future__ import annotations
 
 import copy
+import functools
 from numbers import Integral, Real
 
 import numpy as np
@@ -25,183 +26,67 @@ from sklearn.utils._param_validation import Interval
 from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .._backend import (
-    array_module,
-    check_memory,
-    get_cupy,
-    is_device_array,
-    to_device,
-    to_host,
-)
+from .._backend import array_module, is_device_array, same_type_as_input, to_device, to_host
 from ..base import DeviceMixin
-from ._flyhash import FlyHashTransformer
+from . import _flynn_cpu, _flynn_cuda
+from ._flyhash import FlyHashTransformer, check_footprint, flyhash_bytes
 
-__all__ = ["FlyNNClassifier"]
+__all__ = ["FlyNNClassifier", "engine"]
 
 #: The FlyHash parameters a FlyNNClassifier forwards to its FlyHashTransformer.
 HASH_PARAMS = ("n_components", "expansion_factor", "n_connections", "connection_sparsity", "k")
 
-_THREADS = 256
-#: Most classes for which predict fuses novelty and arg-min (per-class sums in registers).
-_FUSED_MAX_CLASSES = 32
 
-
-def _blocks(n):
-    return (max(1, min(132 * 16, (int(n) + _THREADS - 1) // _THREADS)),)
+def engine(device):
+    """The FlyNN engine of a resolved device: :mod:`._flynn_cpu` or :mod:`._flynn_cuda`."""
+    return _flynn_cuda if device == "cuda" else _flynn_cpu
 
 
 def _is_dask_collection(x):
     return type(x).__module__.split(".", 1)[0] == "dask" and hasattr(x, "map_blocks")
 
 
+def _dask_blockwise(columns):
+    """Decorator: a Dask array chunked by rows goes through the method block by block.
+
+    ``columns(estimator)`` gives ``(trailing, dtype)``: the shape of one row of the
+    result (``()`` for one value per row) and its dtype. Any other input goes
+    straight to the method.
+    """
+
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, X):
+            if _is_dask_collection(X):
+                trailing, dtype = columns(self)
+                X = X.rechunk({1: -1})
+                fn = getattr(self, method.__name__)
+                if trailing:
+                    meta = np.empty((0, 0), dtype=dtype)
+                    return X.map_blocks(fn, dtype=dtype, chunks=(X.chunks[0], trailing), meta=meta)
+                return X.map_blocks(fn, dtype=dtype, drop_axis=1, meta=np.empty((0,), dtype=dtype))
+            return method(self, X)
+
+        return wrapper
+
+    return decorate
+
+
+def _per_class(est):
+    return (len(est.classes_),), np.float64
+
+
+def _decision_columns(est):
+    return (() if len(est.classes_) == 2 else (len(est.classes_),)), np.float64
+
+
+def _labels(est):
+    return (), est.classes_.dtype
+
+
 def _hash_constraints():
     src = getattr(FlyHashTransformer, "_parameter_constraints", {})
     return {name: src.get(name, "no_validation") for name in HASH_PARAMS}
-
-
-# --------------------------------------------------------------------------- #
-# Array kernels shared by both devices (NumPy reference / our CUDA kernels)    #
-# --------------------------------------------------------------------------- #
-
-
-def _lane_sum(V):
-    """Row sums of float64 ``V`` in the order of the GPU warp reduction.
-
-    Lane ``l`` of a warp adds elements ``l, l + 32, ...`` of the zero-padded row one
-    after the other; the 32 lane sums are then combined by the tree
-    ``lane[i] += lane[i + off]`` for ``off = 16, 8, 4, 2, 1``. Reproducing that
-    order exactly makes the CPU and GPU normalisations bit-identical.
-    """
-    n, d = V.shape
-    pad = (-d) % 32
-    if pad:
-        V = np.concatenate([V, np.zeros((n, pad), dtype=V.dtype)], axis=1)
-    P = V.reshape(n, -1, 32)
-    acc = np.zeros((n, 32), dtype=np.float64)
-    for t in range(P.shape[1]):  # loop over column groups of 32, not over samples
-        acc += P[:, t, :]
-    for off in (16, 8, 4, 2, 1):
-        acc = acc[:, :off] + acc[:, off : 2 * off]
-    return acc[:, 0]
-
-
-def _row_normalize(X, device):
-    """Centre every row and scale it to unit L2 norm (float64 maths, fixed summation order).
-
-    Returns an array of X's dtype on X's device. One warp per row on the GPU; the
-    NumPy path reproduces the warp's summation order (see :func:`_lane_sum`), so
-    both give the same bits.
-    """
-    if device == "cuda":
-        from .._kernels import get_kernel
-
-        cp = get_cupy()
-        X = cp.ascontiguousarray(X)
-        out = cp.empty_like(X)
-        n, d = X.shape
-        name = "flynn_row_normalize_f32" if X.dtype == cp.float32 else "flynn_row_normalize_f64"
-        rows_per_block = _THREADS // 32
-        grid = (max(1, min(132 * 64, (n + rows_per_block - 1) // rows_per_block)),)
-        get_kernel("flynn", name)(grid, (_THREADS,), (X, out, np.int64(n), np.int64(d)))
-        return out
-    X64 = np.asarray(X, dtype=np.float64)
-    d = X64.shape[1]
-    mean = _lane_sum(X64) / d
-    Xc = X64 - mean[:, None]
-    sq = _lane_sum(Xc * Xc)
-    nrm = np.sqrt(np.where(sq > 0.0, sq, 1.0))
-    return (Xc / nrm[:, None]).astype(X.dtype, copy=False)
-
-
-def _count(winners, labels, n_classes, m, device):
-    """Integer counts (n_classes, m): how often each cell wins per class."""
-    if device == "cuda":
-        from .._kernels import get_kernel
-
-        cp = get_cupy()
-        winners = cp.ascontiguousarray(winners, dtype=cp.int32)
-        labels = cp.ascontiguousarray(labels, dtype=cp.int32)
-        counts = cp.zeros((n_classes, m), dtype=cp.int64)
-        n, k = winners.shape
-        if n:
-            get_kernel("flynn", "flynn_count")(
-                _blocks(n * k), (_THREADS,), (winners, labels, counts, np.int64(n), np.int32(k), np.int64(m))
-            )
-        return counts
-    flat = labels.astype(np.int64)[:, None] * m + winners.astype(np.int64)
-    return np.bincount(flat.ravel(), minlength=n_classes * m).reshape(n_classes, m).astype(np.int64)
-
-
-def _novelty(winners, filtersT, device):
-    """Novelty (n, n_classes) = sum over the k winners of the class filter weights.
-
-    Summed sequentially over the winners in float64 on both devices (same order,
-    additions only), so CPU and GPU novelties are bit-identical.
-    """
-    n, k = winners.shape
-    n_classes = filtersT.shape[1]
-    if device == "cuda":
-        from .._kernels import get_kernel
-
-        cp = get_cupy()
-        winners = cp.ascontiguousarray(winners, dtype=cp.int32)
-        out = cp.empty((n, n_classes), dtype=cp.float64)
-        if n:
-            get_kernel("flynn", "flynn_novelty")(
-                _blocks(n * n_classes),
-                (_THREADS,),
-                (winners, filtersT, out, np.int64(n), np.int32(k), np.int32(n_classes)),
-            )
-        return out
-    out = np.zeros((n, n_classes), dtype=np.float64)
-    for j in range(k):  # loop over the k winners (not samples): fixed summation order
-        out += filtersT[winners[:, j]]
-    return out
-
-
-def _argmin(novelty, device):
-    """Index of the least novel class per row; ties go to the lowest class index."""
-    if device == "cuda":
-        from .._kernels import get_kernel
-
-        cp = get_cupy()
-        n, n_classes = novelty.shape
-        out = cp.empty(n, dtype=cp.int64)
-        if n:
-            get_kernel("flynn", "flynn_argmin")(
-                _blocks(n), (_THREADS,), (novelty, out, np.int64(n), np.int32(n_classes))
-            )
-        return out
-    return np.argmin(novelty, axis=1)
-
-
-def _nearest_class(winners, filtersT, device, out=None):
-    """Index of the least novel class per row (int64): ``_argmin(_novelty(...))``.
-
-    On the GPU with at most ``_FUSED_MAX_CLASSES`` classes one kernel computes the
-    per-class sums (same order, same rounding as :func:`_novelty`) and the arg-min
-    (same tie rule as :func:`_argmin`) without writing the novelty matrix; ``out``
-    (a CuPy int64 vector, possibly a view) receives the result when given.
-    """
-    n_classes = filtersT.shape[1]
-    if device != "cuda" or n_classes > _FUSED_MAX_CLASSES:
-        idx = _argmin(_novelty(winners, filtersT, device), device)
-        if out is None:
-            return idx
-        out[...] = idx
-        return out
-    from .._kernels import get_kernel
-
-    cp = get_cupy()
-    winners = cp.ascontiguousarray(winners, dtype=cp.int32)
-    n, k = winners.shape
-    if out is None:
-        out = cp.empty(n, dtype=cp.int64)
-    if n:
-        get_kernel("flynn", "flynn_predict", N_CLASSES=int(n_classes))(
-            _blocks(n), (_THREADS,), (winners, filtersT, out, np.int64(n), np.int32(k))
-        )
-    return out
 
 
 # --------------------------------------------------------------------------- #
@@ -434,54 +319,105 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
     def _hasher_params(self):
         return {name: getattr(self, name) for name in HASH_PARAMS}
 
-    def _init_model(self, n_features):
-        """Resolve the device, fit the hash (data independent) and zero the counts."""
-        self._resolve_device()
-        rs = self.random_state
-        if not isinstance(rs, (Integral, type(None))):
+    def _init_model(self, n_features, n_samples=0):
+        """Resolve ``device`` and ``random_state`` once, check the size, draw the hash, zero the counts.
+
+        The hasher receives the resolved device and the drawn random state: it
+        resolves nothing again. ``n_samples`` training rows are included in the
+        size check (``fit`` knows them; ``partial_fit`` and merges pass 0 or a batch).
+        """
+        device = self._resolve_device()
+        rng = check_random_state(self.random_state)
+        seed = self.random_state
+        if not isinstance(seed, (Integral, type(None))):
             # a RandomState instance: draw a seed once so the hash is fixed for this fit
-            rs = int(check_random_state(rs).randint(np.iinfo(np.int32).max))
-        hasher = FlyHashTransformer(**self._hasher_params(), random_state=rs, device=self.device_)
-        hasher.fit(np.zeros((1, n_features), dtype=np.float32))
-        self.hasher_ = hasher
+            seed = int(rng.randint(np.iinfo(np.int32).max))
+            rng = np.random.RandomState(seed)
+        hasher = FlyHashTransformer(**self._hasher_params(), random_state=seed, device=device)
+        self._check_size("fit", n_samples, n_features=n_features, sizes=hasher._sizes(n_features))
+        self.hasher_ = hasher._fit_projection(n_features, device, rng)
         self.n_components_ = int(hasher.n_components_)
         self.k_ = int(hasher.k_)
-        n_classes = len(self.classes_)
-        check_memory(n_classes * self.n_components_ * 16, self.device_, what="FlyNN counts and filters")
-        xp = self._xp
-        self.counts_ = xp.zeros((n_classes, self.n_components_), dtype=xp.int64)
+        self.counts_ = self._xp.zeros((len(self.classes_), self.n_components_), dtype=np.int64)
 
     def _update_filters(self):
-        """filters_ = gamma ** counts_, computed on the host (same bits on both devices)."""
+        """filters_ = gamma ** counts_, computed on the host (same bits on both devices).
+
+        ``_filters_t`` keeps the transposed filters (C-ordered, host) that the
+        novelty kernels read. Its copy on ``device_`` and that of ``classes_`` are
+        made here, once per update (``_device_copy`` caches them), so prediction
+        only reads the estimator.
+        """
         counts = to_host(self.counts_)
         filters = np.power(np.float64(self.gamma), counts.astype(np.float64))
         self.filters_ = to_device(filters, self.device_)
+        self._filters_t = np.ascontiguousarray(filters.T)
+        for name in ("_filters_t", "classes_"):
+            self._device_copy(name)
 
-    def _prepare(self, Xb):
-        """A batch on the fitted device, normalised if requested."""
-        Xb = to_device(Xb, self.device_)
-        if self.normalize:
-            Xb = _row_normalize(Xb, self.device_)
-        return Xb
+    def _footprint(self, stage, n_samples, n_features, sizes):
+        """Host and device bytes of ``stage`` for ``n_samples`` rows: the one size estimate.
 
-    def _winners(self, Xb):
-        return self.hasher_._winners(self._prepare(Xb))
+        ``stage``: ``'fit'`` (projection, counts and filters, then training batches),
+        ``'partial_fit'`` (training batches), ``'predict'`` or ``'novelty'``
+        (batches and the result). Computed from the parameters and shapes only.
+        """
+        m, s, k = sizes
+        device, n_classes = self.device_, len(self.classes_)
+        host = gpu = 0
+        if stage == "fit":
+            host, gpu = flyhash_bytes(device, n_features, m, s, k, projection=True)
+            model = 3 * n_classes * m * 8  # counts_, filters_ and the transposed filters
+            host += 3 * n_classes * m * 8  # float64 counts, gamma ** counts, transposed copy
+            if device == "cuda":
+                gpu += model
+            else:
+                host += model
+        rows = min(int(self.batch_size), int(n_samples))
+        if rows:
+            h, g = flyhash_bytes(device, n_features, m, s, k, n_samples=rows, output="winners")
+            eh, eg = engine(device).work_bytes(rows, n_features, k, n_classes, m)
+            host, gpu = host + h + eh, gpu + g + eg
+            result = {"fit": 4, "partial_fit": 4, "predict": 8, "novelty": 8 * n_classes}[stage] * n_samples
+            host += result  # labels in, or the result out (NumPy in, NumPy out)
+            gpu += result if device == "cuda" else 0
+        return host, gpu
+
+    def _check_size(self, stage, n_samples, n_features=None, sizes=None):
+        """Refuse ``stage`` on ``n_samples`` rows before allocating when it cannot fit."""
+        if n_features is None:
+            n_features = self.n_features_in_
+            sizes = (self.n_components_, self.hasher_.n_connections_, self.k_)
+        check_footprint(
+            self._footprint(stage, n_samples, n_features, sizes),
+            self.device_,
+            what=(
+                f"{type(self).__name__}.{stage} of {n_samples} samples x {n_features} features with "
+                f"n_components={sizes[0]} cells, {len(self.classes_)} classes, batch_size={self.batch_size}"
+            ),
+        )
+
+    def _batch_winners(self, X):
+        """Yield ``(start, winners)`` per batch of ``batch_size`` rows of validated ``X``.
+
+        Each batch goes to ``device_``, is normalised if requested, and hashed by the
+        hasher's engine (int32 (b, k_) winner cells).
+        """
+        eng = engine(self.device_)
+        bs = int(self.batch_size)
+        for start in range(0, X.shape[0], bs):  # loop over batches, not samples
+            Xb = to_device(X[start : start + bs], self.device_)
+            if self.normalize:
+                Xb = eng.row_normalize(Xb)
+            yield start, self.hasher_._winners(Xb)
 
     def _accumulate(self, X, y_idx):
-        n, d = X.shape
-        bs = int(self.batch_size)
-        check_memory(
-            min(bs, n) * (d * 16 + self.k_ * 12) + len(self.classes_) * self.n_components_ * 8,
-            self.device_,
-            what="FlyNN training batch",
-        )
         labels = to_device(y_idx, self.device_)
-        for start in range(0, n, bs):  # loop over batches, not samples
-            stop = min(start + bs, n)
-            w = self._winners(X[start:stop])
-            self.counts_ += _count(
-                w, labels[start:stop], len(self.classes_), self.n_components_, self.device_
-            )
+        eng = engine(self.device_)
+        n_classes = len(self.classes_)
+        for start, w in self._batch_winners(X):
+            stop = start + w.shape[0]
+            self.counts_ += eng.count(w, labels[start:stop], n_classes, self.n_components_)
 
     # ------------------------------------------------------------------ #
     # fit / partial_fit                                                    #
@@ -513,7 +449,7 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
                 f"X and y have inconsistent numbers of samples: {X.shape[0]} != {y_host.shape[0]}."
             )
         self.classes_ = np.unique(y_host)
-        self._init_model(X.shape[1])
+        self._init_model(X.shape[1], X.shape[0])
         self._accumulate(X, self._encode_y(y_host, X.shape[0]))
         self._update_filters()
         return self
@@ -547,7 +483,9 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         y_host = column_or_1d(to_host(y), warn=True)
         check_classification_targets(y_host)
         if first:
-            self._init_model(X.shape[1])
+            self._init_model(X.shape[1], X.shape[0])
+        else:
+            self._check_size("partial_fit", X.shape[0])
         self._accumulate(X, self._encode_y(y_host, X.shape[0]))
         self._update_filters()
         return self
@@ -556,63 +494,29 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
     # prediction                                                           #
     # ------------------------------------------------------------------ #
 
-    def _novelty_batches(self, X, reduce):
-        """Apply ``reduce(novelty_batch)`` per batch and concatenate on the fitted device."""
-        xp = self._xp
-        n, d = X.shape
-        bs = int(self.batch_size)
-        n_classes = len(self.classes_)
-        check_memory(
-            min(bs, n) * (d * 16 + self.k_ * 4 + n_classes * 8) + n * n_classes * 8,
-            self.device_,
-            what="FlyNN prediction",
-        )
-        filtersT = self._filters_t()
-        outs = []
-        for start in range(0, n, bs):
-            w = self._winners(X[start : start + bs])
-            outs.append(reduce(_novelty(w, filtersT, self.device_)))
-        return outs[0] if len(outs) == 1 else xp.concatenate(outs)
-
-    def _filters_t(self):
-        """``filters_.T`` C-contiguous; on the GPU cached until ``filters_`` changes."""
-        value = self.filters_
-        if self.device_ != "cuda":
-            return np.ascontiguousarray(value.T)
-        cache = self.__dict__.setdefault("_device_cache", {})
-        hit = cache.get(("_filters_t", self.device_))
-        if hit is not None and hit[0] is value:
-            return hit[1]
-        moved = self._xp.ascontiguousarray(value.T)
-        cache[("_filters_t", self.device_)] = (value, moved)
-        return moved
-
     def _predict_indices(self, X):
         """Class index (int64, on ``device_``) of the least novel class per row of validated X."""
-        n, d = X.shape
-        bs = int(self.batch_size)
-        n_classes = len(self.classes_)
-        if self.device_ != "cuda" or n_classes > _FUSED_MAX_CLASSES:
-            return self._novelty_batches(X, lambda s: _argmin(s, self.device_))
-        check_memory(min(bs, n) * (d * 16 + self.k_ * 4) + n * 8, self.device_, what="FlyNN prediction")
-        filtersT = self._filters_t()
-        out = get_cupy().empty(n, dtype=np.int64)
-        for start in range(0, n, bs):  # loop over batches, not samples
-            w = self._winners(X[start : start + bs])
-            _nearest_class(w, filtersT, self.device_, out=out[start : start + w.shape[0]])
+        n = X.shape[0]
+        self._check_size("predict", n)
+        eng = engine(self.device_)
+        filters_t = self._device_copy("_filters_t")
+        out = self._xp.empty(n, dtype=np.int64)
+        for start, w in self._batch_winners(X):
+            eng.nearest_class(w, filters_t, out=out[start : start + w.shape[0]])
         return out
 
     def _checked(self, X):
         check_is_fitted(self)
         return self._validate_X(X, reset=False)
 
+    @_dask_blockwise(_per_class)
     def novelty(self, X):
         """Novelty of every sample with respect to every class filter.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Samples.
+            Samples to compare with the class filters (NumPy, CuPy, or Dask by rows).
 
         Returns
         -------
@@ -620,18 +524,21 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             ``h(x) . w_l``: lower means more familiar. NumPy in, NumPy out;
             CuPy in, CuPy out.
         """
-        if _is_dask_collection(X):
-            return self._dask_map(X, self.novelty, (len(self.classes_),), np.float64)
         Xv = self._checked(X)
-        return self._to_output(self._novelty_batches(Xv, lambda s: s), X)
+        self._check_size("novelty", Xv.shape[0])
+        eng = engine(self.device_)
+        filters_t = self._device_copy("_filters_t")
+        outs = [eng.novelty(w, filters_t) for _, w in self._batch_winners(Xv)]
+        return same_type_as_input(outs[0] if len(outs) == 1 else self._xp.concatenate(outs), X)
 
+    @_dask_blockwise(_decision_columns)
     def decision_function(self, X):
         """Confidence scores: minus the novelty (higher means more likely).
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Samples.
+            Samples to score.
 
         Returns
         -------
@@ -639,52 +546,48 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             ``-novelty``; for two classes, ``novelty_0 - novelty_1`` (positive
             means ``classes_[1]``), following scikit-learn's binary convention.
         """
-        if _is_dask_collection(X):
-            shape = () if len(self.classes_) == 2 else (len(self.classes_),)
-            return self._dask_map(X, self.decision_function, shape, np.float64)
         nov = self.novelty(X)
         if nov.shape[1] == 2:
             return nov[:, 0] - nov[:, 1]
         return -nov
 
+    @_dask_blockwise(_per_class)
     def predict_proba(self, X):
         """Class probabilities: softmax of ``-novelty / k_``.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Samples.
+            Samples whose class probabilities are wanted.
 
         Returns
         -------
         proba : array of shape (n_samples, n_classes)
             Rows sum to 1; columns follow ``classes_``.
         """
-        if _is_dask_collection(X):
-            return self._dask_map(X, self.predict_proba, (len(self.classes_),), np.float64)
         nov = self.novelty(X)
         z = -nov / float(self.k_)
         z = z - z.max(axis=1, keepdims=True)
-        e = np.exp(z) if not is_device_array(z) else get_cupy().exp(z)
+        e = array_module(z).exp(z)
         return e / e.sum(axis=1, keepdims=True)
 
     def predict_log_proba(self, X):
-        """Logarithm of :meth:`predict_proba`.
+        """Logarithm of :meth:`predict_proba` (same input, same columns).
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Samples.
+            As for :meth:`predict_proba`.
 
         Returns
         -------
         log_proba : array of shape (n_samples, n_classes)
-            Log-probabilities.
+            ``log(predict_proba(X))``.
         """
         proba = self.predict_proba(X)
-        xp = array_module(proba)
-        return xp.log(proba)
+        return array_module(proba).log(proba)
 
+    @_dask_blockwise(_labels)
     def predict(self, X):
         """Least novel class per sample (ties go to the lowest class index).
 
@@ -698,29 +601,12 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         y : array of shape (n_samples,)
             Predicted labels; CuPy in gives CuPy out when the labels are numeric.
         """
-        if _is_dask_collection(X):
-            return self._dask_map(X, self.predict, (), self.classes_.dtype)
         Xv = self._checked(X)
         idx = self._predict_indices(Xv)
-        if is_device_array(X) and is_device_array(idx) and self.classes_.dtype.kind in "biuf":
-            # CuPy in, CuPy out: map to labels on the device (no round trip through the host)
-            return self._device_copy("classes_", "cuda")[idx]
-        labels = self.classes_[to_host(idx)]
-        if is_device_array(X) and labels.dtype.kind in "biuf":
-            return to_device(labels, "cuda")
-        return labels
-
-    def _to_output(self, result, X):
-        return to_device(result, "cuda") if is_device_array(X) else to_host(result)
-
-    def _dask_map(self, X, fn, trailing, dtype):
-        """Apply ``fn`` block-wise on a dask array chunked along rows."""
-        X = X.rechunk({1: -1})
-        if trailing:
-            return X.map_blocks(
-                fn, dtype=dtype, chunks=(X.chunks[0], trailing), meta=np.empty((0, 0), dtype=dtype)
-            )
-        return X.map_blocks(fn, dtype=dtype, drop_axis=1, meta=np.empty((0,), dtype=dtype))
+        if self.classes_.dtype.kind in "biuf":
+            # numeric labels are looked up where the indices are, then follow the input
+            return same_type_as_input(self._device_copy("classes_")[idx], X)
+        return self.classes_[to_host(idx)]  # string labels stay on the host (CuPy cannot hold them)
 
     # ------------------------------------------------------------------ #
     # differential privacy                                                 #

@@ -1,0 +1,244 @@
+"""FlyHash CPU engine: SciPy sparse projection + exact winner-take-all (the reference).
+
+Same functions and signatures as :mod:`._flyhash_cuda`, same results bit for bit:
+
+* :func:`transform` ``(fh, X, output, algorithm)``: the hash of every row of ``X``;
+* :func:`winners` ``(fh, X)``: the ``k_`` winner indices of every row (exact WTA);
+* :func:`work_bytes` ``(n_samples, n_features, n_components, k, output)``: host and
+  device bytes the two above allocate, for the estimator's size check.
+
+``fh`` is a fitted :class:`~sknn_gpu.fly.FlyHashTransformer` (its projection
+``components_`` and sizes ``n_components_``, ``k_``). Activations are float32 sums
+of a unit's inputs in ascending feature order: SciPy's CSR x dense product adds
+sequentially in the output dtype, which is what the CUDA kernel does with
+``__fadd_rn``. Rows are processed in blocks (threads over blocks; SciPy and NumPy
+release the GIL), so the ``n x m`` activations never exist at once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._backend import to_host
+from ._wta import break_ties, wta_bisect_mask, wta_exact_mask
+
+__all__ = ["transform", "winners", "work_bytes"]
+
+#: Target bytes of one float32 activation block (rows x m).
+BLOCK_BYTES = 8 * 2**20
+#: Most threads hashing blocks at once.
+MAX_WORKERS = 16
+
+
+# --------------------------------------------------------------------------- #
+# Engine interface                                                              #
+# --------------------------------------------------------------------------- #
+def transform(fh, X, output, algorithm):
+    """Hash the rows of ``X`` on the host.
+
+    Parameters
+    ----------
+    fh : FlyHashTransformer
+        Fitted transformer (projection and sizes).
+    X : array or sparse matrix of shape (n_samples, n_features)
+        Validated float input (NumPy/SciPy; CuPy input is copied to the host).
+    output : {'sparse', 'dense', 'packed'}
+        What to return (see below).
+    algorithm : {'exact', 'bisect'}
+        Winner-take-all rule.
+
+    Returns
+    -------
+    hash : ndarray or tuple
+        ``'dense'``: uint8 (n, m); ``'packed'``: uint8 (n, ceil(m / 8)) in
+        ``np.packbits`` layout; ``'sparse'``: ``(indptr, indices)`` of the CSR
+        hash (winner indices ascending per row), built into a matrix by the caller.
+    """
+    X = _host_rows(X)
+    n, m = X.shape[0], fh.n_components_
+    if output == "dense":
+        return _mask(fh, X, algorithm).view(np.uint8)
+    if output == "packed":
+        out = np.empty((n, (m + 7) // 8), dtype=np.uint8)
+        for st, blk in _iter_blocks(fh, X, algorithm):
+            out[st : st + blk.shape[0]] = np.packbits(blk, axis=1)
+        return out
+    counts = np.empty(n, dtype=np.int64)
+    parts = []
+    for st, blk in _iter_blocks(fh, X, algorithm):
+        counts[st : st + blk.shape[0]] = blk.sum(axis=1)
+        parts.append(np.nonzero(blk)[1].astype(np.int32, copy=False))
+    indices = np.concatenate(parts) if parts else np.empty(0, dtype=np.int32)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    return indptr, indices
+
+
+def winners(fh, X):
+    """int32 (n, k_) winner unit indices per row, ascending (exact WTA).
+
+    Parameters
+    ----------
+    fh : FlyHashTransformer
+        Fitted transformer.
+    X : array or sparse matrix of shape (n_samples, n_features)
+        Validated float input.
+
+    Returns
+    -------
+    winners : ndarray of int32, shape (n_samples, k_)
+        NumPy array.
+    """
+    X = _host_rows(X)
+    k = fh.k_
+    out = np.empty((X.shape[0], k), dtype=np.int32)
+    for st, blk in _iter_blocks(fh, X, "exact"):
+        out[st : st + blk.shape[0]] = np.nonzero(blk)[1].reshape(blk.shape[0], k)
+    return out
+
+
+def work_bytes(n_samples, n_features, n_components, k, output):
+    """Bytes :func:`transform` (or :func:`winners` for ``output='winners'``) allocates.
+
+    Parameters
+    ----------
+    n_samples, n_features : int
+        Shape of the input.
+    n_components, k : int
+        Units and winners per row.
+    output : {'sparse', 'dense', 'packed', 'winners'}
+        What is computed.
+
+    Returns
+    -------
+    host, device : int
+        Bytes on the host and on the GPU (always 0 here).
+    """
+    n, d, m = int(n_samples), int(n_features), int(n_components)
+    if n == 0:
+        return 0, 0
+    b = min(n, _block_rows(m))
+    workers = min(-(-n // b), os.cpu_count() or 1, MAX_WORKERS)
+    # per block: float32 rows (transposed copy), activations, their +0.0 copy and the
+    # partition's copy, the bool mask
+    per_block = b * d * 8 + 3 * 4 * b * m + b * m
+    out = {
+        "dense": n * m,
+        "packed": n * ((m + 7) // 8),
+        "sparse": n * k * 13 + 16 * (n + 1),
+        "winners": n * k * 4 + 16 * b * k,
+    }[output]
+    return out + workers * per_block, 0
+
+
+# --------------------------------------------------------------------------- #
+# Blocks of rows                                                               #
+# --------------------------------------------------------------------------- #
+def _host_rows(X):
+    """``X`` on the host, CSR when sparse (row slices are cheap)."""
+    X = to_host(X)
+    if sp.issparse(X) and X.format != "csr":
+        X = X.tocsr()
+    return X
+
+
+def _block_rows(m):
+    return max(1, BLOCK_BYTES // (4 * m))
+
+
+def _activations(fh, Xb):
+    """float32 (b, m) activations of a block of rows (sequential float32 sums)."""
+    if sp.issparse(Xb):
+        Xb = Xb.toarray()
+    XbT = np.ascontiguousarray(np.asarray(Xb, dtype=np.float32).T)
+    return np.asarray(fh.components_ @ XbT).T  # (b, m) view of a C-ordered (m, b)
+
+
+def _mask_block(fh, Xb, algorithm):
+    A = _activations(fh, Xb)
+    if algorithm == "bisect":
+        return wta_bisect_mask(np.ascontiguousarray(A), fh.k_)
+    A = A + np.float32(0.0)  # C-ordered copy; -0.0 -> +0.0
+    return wta_exact_mask_host(A, fh.k_)
+
+
+def _iter_blocks(fh, X, algorithm):
+    """Yield ``(start, bool mask block)`` over the rows of host ``X``, in order."""
+    n = X.shape[0]
+    b = _block_rows(fh.n_components_)
+    starts = list(range(0, n, b))
+    fn = lambda st: (st, _mask_block(fh, X[st : st + b], algorithm))  # noqa: E731
+    workers = min(len(starts), os.cpu_count() or 1, MAX_WORKERS)
+    if workers <= 1:
+        for st in starts:
+            yield fn(st)
+        return
+    with ThreadPoolExecutor(max_workers=workers) as pool:  # SciPy/NumPy release the GIL
+        yield from pool.map(fn, starts)
+
+
+def _mask(fh, X, algorithm):
+    n, m = X.shape[0], fh.n_components_
+    mask = np.empty((n, m), dtype=bool)
+    for st, blk in _iter_blocks(fh, X, algorithm):
+        mask[st : st + blk.shape[0]] = blk
+    return mask
+
+
+# --------------------------------------------------------------------------- #
+# Winner-take-all on wide host rows                                             #
+# --------------------------------------------------------------------------- #
+def wta_exact_mask_host(A, k):
+    """NumPy-only exact WTA (same result as :func:`~._wta.wta_exact_mask`), faster on wide rows.
+
+    A lower bound for the k-th largest of each row is read off a sample of the
+    row's first units (its order statistic a few standard deviations past the
+    expected rank); only the entries above it are partitioned to find the exact
+    threshold. Rows where the bound turns out too high take the full partition.
+    """
+    n, m = A.shape
+    ns = min(m, 2048)
+    if n == 0 or k == m or m < 4 * ns:
+        return wta_exact_mask(A, k)
+    e = ns * k / m
+    r2 = int(math.ceil(e + 5.0 * math.sqrt(e * (1.0 - k / m)) + 2.0))
+    if r2 >= ns:
+        return wta_exact_mask(A, k)
+    low = np.partition(A[:, :ns], ns - r2, axis=1)[:, ns - r2 : ns - r2 + 1]
+    cand = A >= low
+    counts = cand.sum(axis=1)
+    ok = counts >= k
+    if not ok.all():
+        bad = np.nonzero(~ok)[0]
+        mask_bad = wta_exact_mask(A[bad], k)
+    width = int(counts[ok].max()) if ok.any() else k
+    counts = np.where(ok, counts, 0)
+    if not ok.all():
+        cand &= ok[:, None]
+    values = A[cand]  # row-major: each row's candidates, in order
+    rows = np.repeat(np.arange(n), counts)
+    starts = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    slot = np.arange(values.size) - starts[rows]
+    padded = np.full((n, width), -np.inf, dtype=A.dtype)
+    padded[rows, slot] = values
+    thr = np.partition(padded, width - k, axis=1)[:, width - k : width - k + 1]
+    mask = A >= thr
+    n_ge = mask.sum(axis=1)
+    tied = np.nonzero((n_ge > k) & ok)[0]
+    if tied.size:
+        mask[tied] = break_ties(A[tied], thr[tied], k)
+    if not ok.all():
+        mask[bad] = mask_bad
+    return mask
+
+
+def winners_from_packed(packed, m, k):
+    """(n, ceil(m/8)) packed bits with k ones per row -> (n, k) int32 indices (host helper)."""
+    bits = np.unpackbits(np.asarray(packed), axis=1, count=m)
+    return np.nonzero(bits)[1].astype(np.int32).reshape(bits.shape[0], k)

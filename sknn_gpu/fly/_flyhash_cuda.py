@@ -1,0 +1,305 @@
+"""FlyHash CUDA engine: our kernels in ``sknn_gpu/_kernels/flyhash.cu``.
+
+Same functions and signatures as :mod:`._flyhash_cpu` and the same results bit for
+bit: :func:`transform`, :func:`winners`, :func:`work_bytes`. ``fh`` is a fitted
+:class:`~sknn_gpu.fly.FlyHashTransformer`; its connection table ``_kernel_index``
+goes to the GPU once (``fh._device_copy``). Results are CuPy arrays.
+
+One fused kernel (``flyhash_fused``) computes the activations of a block of rows in
+registers and selects the winners without writing the ``n x m`` activations; the
+rare rows it cannot finish (ties spread over too many units, or a window miss) are
+flagged and finished here from materialised activations with the same exact
+selection as the CPU engine (:mod:`._wta`).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._backend import device_limits, get_cupy, is_cupy_sparse, is_device_array
+from .._kernels import get_function
+from ._wta import wta_bisect_mask, wta_exact_mask
+
+__all__ = ["transform", "winners", "work_bytes", "words"]
+
+#: Fine/coarse histogram bins per row (the kernel's NB).
+NB = 512
+#: Threads per block of the fused kernel.
+NTHREADS = 1024
+#: Target bytes of one dense float32 input batch moved to the GPU.
+BATCH_BYTES = 256 * 2**20
+#: Target bytes of one float32 activation block on the fallback paths.
+BLOCK_BYTES = 512 * 2**20
+
+
+# --------------------------------------------------------------------------- #
+# Engine interface                                                              #
+# --------------------------------------------------------------------------- #
+def transform(fh, X, output, algorithm):  # pragma: no cover - needs a GPU
+    """Hash the rows of ``X`` on the GPU: :func:`._flyhash_cpu.transform`'s contract.
+
+    ``X`` may be on the host or the GPU (host rows are moved batch by batch); the
+    results are CuPy arrays.
+    """
+    cupy = get_cupy()
+    n = X.shape[0]
+    m, k = fh.n_components_, fh.k_
+    w = words(fh, X, algorithm)
+    if output == "packed":
+        return cupy.ascontiguousarray(w.view(cupy.uint8)[:, : (m + 7) // 8])
+    if output == "dense":
+        return _words_to_dense(w, m)
+    if algorithm == "exact":
+        return cupy.arange(0, n * k + 1, k, dtype=cupy.int64), _indices(w, k, None).ravel()
+    indptr = cupy.zeros(n + 1, dtype=cupy.int64)
+    cupy.cumsum(_row_counts(w), out=indptr[1:])
+    return indptr, _indices(w, k, indptr)
+
+
+def winners(fh, X):  # pragma: no cover - needs a GPU
+    """:func:`._flyhash_cpu.winners` on the GPU: int32 (n, k_) CuPy winner indices."""
+    return _indices(words(fh, X, "exact"), fh.k_, None)
+
+
+def work_bytes(n_samples, n_features, n_components, k, output):
+    """:func:`._flyhash_cpu.work_bytes` for this engine.
+
+    Host: a batch of host input made dense, and the result if it goes back to the
+    host. GPU: the input batch, the packed words, the fallback block, the result.
+    """
+    n, d, m = int(n_samples), int(n_features), int(n_components)
+    if n == 0:
+        return 0, 0
+    mw = (m + 31) // 32
+    batch = min(n, max(1, BATCH_BYTES // (4 * max(1, d)))) * d * 4
+    fallback = min(n, max(1, BLOCK_BYTES // (4 * m))) * m * 11  # activations, mask, packing
+    out = {
+        "dense": 2 * n * m,
+        "packed": n * ((m + 7) // 8),
+        "sparse": n * k * 8 + 16 * (n + 1),
+        "winners": n * k * 4,
+    }[output]
+    return batch + out, batch + 4 * n * mw + fallback + out
+
+
+def words(fh, X, algorithm, stats=None):  # pragma: no cover - needs a GPU
+    """uint32 (n, ceil(m/32)) packed winners on the GPU.
+
+    ``stats`` (a dict), when given, receives ``fallback_rows``: rows the fused
+    kernel flagged and the materialised path finished.
+    """
+    cupy = get_cupy()
+    n, d = X.shape
+    m, k = fh.n_components_, fh.k_
+    mw = (m + 31) // 32
+    out_words = cupy.empty((n, mw), dtype=cupy.uint32)
+    idx = fh._device_copy("_kernel_index", "cuda")
+    for st, Xb in _device_batches(X, d):
+        b = Xb.shape[0]
+        out = out_words[st : st + b]
+        config = _fused_config(d, b) if algorithm == "exact" else None
+        if config is not None:
+            rows, dyn = config
+            kern = get_function(
+                "flyhash", "flyhash_fused", ROWS=rows, NB=NB, NTHREADS=NTHREADS, **_defines(fh)
+            )
+            _set_dynamic_smem(kern, dyn)
+            flags = cupy.empty(b, dtype=cupy.int32)
+            kern(
+                ((b + rows - 1) // rows,),
+                (NTHREADS,),
+                (
+                    Xb,
+                    np.int64(b),
+                    np.int32(d),
+                    np.int64(d),
+                    idx,
+                    np.int32(m),
+                    np.int32(mw),
+                    np.int32(k),
+                    np.int32(_sample_words(mw)),
+                    out,
+                    flags,
+                ),
+                shared_mem=dyn,
+            )
+            # one small reduction + sync; the costlier nonzero only when rows were flagged
+            n_flagged = int(cupy.count_nonzero(flags))
+            if stats is not None:
+                stats["fallback_rows"] = stats.get("fallback_rows", 0) + n_flagged
+            if n_flagged == 0:
+                continue
+            todo = cupy.nonzero(flags)[0]
+        else:
+            todo = None  # every row through the materialised path
+        _finish_rows(fh, Xb, out, todo, algorithm)
+    return out_words
+
+
+# --------------------------------------------------------------------------- #
+# Launch configuration                                                          #
+# --------------------------------------------------------------------------- #
+def _sample_words(n_words):
+    """Units the fused kernel samples to place its histogram window: >= 512, ~1/16 of m."""
+    return min(n_words, max(16, -(-n_words // 16)))
+
+
+def _defines(fh):
+    s = fh.n_connections_
+    idx_t = "unsigned short" if fh.n_features_in_ <= 65535 else "int"
+    return dict(S=s, SP=fh._kernel_index.shape[1], IDX_T=idx_t)
+
+
+def _fused_config(n_features, n_rows):  # pragma: no cover - needs a GPU
+    """(rows per block, dynamic shared bytes) of the fused kernel, or None when x rows do not fit.
+
+    The most rows per block (32: conflict-free gathers, indices amortised over 32
+    rows) whose shared memory fits and that still gives at least two blocks per
+    SM; small batches use fewer rows per block so that every SM gets work. The
+    environment variable ``SKNN_GPU_FLYHASH_ROWS`` (1, 2, 4, ..., 32) forces a
+    row count when it fits (tests and tuning).
+    """
+    limits = device_limits()
+    static = 16 * 32 * 4  # the kernel's per-row scalars, generously
+    forced = int(os.environ.get("SKNN_GPU_FLYHASH_ROWS", "0") or 0)
+    fitting = []
+    for rows in (32, 16, 8, 4, 2, 1):
+        rowsp = 33 if rows == 32 else rows
+        dyn = 4 * NB * rows + 4 * n_features * rowsp
+        if dyn + static <= limits.smem_per_block_optin:
+            if rows == forced:
+                return rows, dyn
+            fitting.append((rows, dyn))
+    if not fitting:
+        return None
+    for rows, dyn in fitting:
+        if -(-n_rows // rows) >= 2 * limits.sm_count:
+            return rows, dyn
+    return fitting[-1]
+
+
+def _set_dynamic_smem(kern, nbytes):  # pragma: no cover - needs a GPU
+    try:
+        kern.max_dynamic_shared_size_bytes = int(nbytes)
+    except AttributeError:
+        drv = get_cupy().cuda.driver
+        fn = getattr(kern, "kernel", kern)
+        drv.funcSetAttribute(fn.ptr, drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, int(nbytes))
+
+
+# --------------------------------------------------------------------------- #
+# Input batches and the materialised fallback                                   #
+# --------------------------------------------------------------------------- #
+def _device_batches(X, n_features):  # pragma: no cover - needs a GPU
+    """Yield (start, dense float32 C-contiguous CuPy block) over the rows of X."""
+    cupy = get_cupy()
+    n = X.shape[0]
+    if is_device_array(X) and not is_cupy_sparse(X) and X.dtype == np.float32 and X.flags.c_contiguous:
+        yield 0, X
+        return
+    if (is_cupy_sparse(X) or sp.issparse(X)) and X.format != "csr":
+        X = X.tocsr()
+    b = max(1, BATCH_BYTES // (4 * max(1, n_features)))
+    for st in range(0, n, b):
+        Xb = X[st : st + b]
+        if is_cupy_sparse(Xb) or sp.issparse(Xb):
+            Xb = Xb.toarray()
+        yield st, cupy.ascontiguousarray(cupy.asarray(Xb, dtype=cupy.float32))
+
+
+def _activations(fh, Xb, rows=None):  # pragma: no cover - needs a GPU
+    """float32 (len(rows) or b, m) activations of a dense float32 CuPy block."""
+    cupy = get_cupy()
+    m = fh.n_components_
+    nr = Xb.shape[0] if rows is None else int(rows.size)
+    A = cupy.empty((nr, m), dtype=cupy.float32)
+    if nr == 0:
+        return A
+    kern = get_function("flyhash", "flyhash_activations", **_defines(fh))
+    idx = fh._device_copy("_kernel_index", "cuda")
+    for i0 in range(0, nr, 65535):  # grid.y limit
+        i1 = min(nr, i0 + 65535)
+        sub_rows = None if rows is None else cupy.ascontiguousarray(rows[i0:i1], dtype=cupy.int64)
+        X0 = Xb if rows is not None else Xb[i0:i1]
+        kern(
+            ((m + 255) // 256, i1 - i0),
+            (256,),
+            (X0, np.int64(Xb.shape[1]), sub_rows, np.int32(i1 - i0), idx, np.int32(m), A[i0:i1]),
+        )
+    return A
+
+
+def _finish_rows(fh, Xb, out, rows, algorithm):  # pragma: no cover - needs a GPU
+    """Hash ``rows`` of a block (all rows when None) from materialised activations."""
+    cupy = get_cupy()
+    m, k = fh.n_components_, fh.k_
+    mw = out.shape[1]
+    total = Xb.shape[0] if rows is None else int(rows.size)
+    if total == 0:
+        return
+    chunk = max(1, BLOCK_BYTES // (4 * m))
+    for c0 in range(0, total, chunk):
+        c1 = min(total, c0 + chunk)
+        if rows is None:
+            A = _activations(fh, Xb[c0:c1])
+        else:
+            A = _activations(fh, Xb, rows[c0:c1])
+        if algorithm == "bisect":
+            mask = wta_bisect_mask(A, k)
+        else:
+            A += cupy.float32(0.0)  # -0.0 -> +0.0
+            mask = wta_exact_mask(A, k)
+        packed = _pack_words(mask, mw)
+        if rows is None:
+            out[c0:c1] = packed
+        else:
+            out[rows[c0:c1]] = packed
+
+
+# --------------------------------------------------------------------------- #
+# Packed words -> outputs                                                       #
+# --------------------------------------------------------------------------- #
+def _pack_words(mask, n_words):  # pragma: no cover - needs a GPU
+    """Bool (b, m) -> uint32 (b, n_words); bytes in np.packbits order (MSB first)."""
+    cupy = get_cupy()
+    b, m = mask.shape
+    padded = cupy.zeros((b, n_words * 32), dtype=cupy.uint8)
+    padded[:, :m] = mask
+    weights = cupy.asarray(np.array([128, 64, 32, 16, 8, 4, 2, 1], dtype=np.uint8))
+    byts = (padded.reshape(b, n_words * 4, 8) * weights).sum(axis=2, dtype=cupy.uint8)
+    return cupy.ascontiguousarray(byts).view(cupy.uint32).reshape(b, n_words)
+
+
+def _words_to_dense(words, m):  # pragma: no cover - needs a GPU
+    cupy = get_cupy()
+    byts = words.view(cupy.uint8)
+    cols = cupy.arange(m)
+    shifts = (7 - (cols & 7)).astype(cupy.uint8)
+    return (byts[:, cols >> 3] >> shifts) & cupy.uint8(1)
+
+
+def _indices(words, k, indptr):  # pragma: no cover - needs a GPU
+    """int32 winner indices (ascending per row) from packed words."""
+    cupy = get_cupy()
+    n, mw = words.shape
+    total = n * k if indptr is None else int(indptr[-1])
+    out = cupy.empty(total if indptr is not None else (n, k), dtype=cupy.int32)
+    _warp_per_row("flyhash_bits_to_indices", n, (words, np.int64(n), np.int32(mw), indptr, np.int32(k), out))
+    return out
+
+
+def _row_counts(words):  # pragma: no cover - needs a GPU
+    cupy = get_cupy()
+    n, mw = words.shape
+    counts = cupy.zeros(n, dtype=cupy.int64)
+    _warp_per_row("flyhash_row_counts", n, (words, np.int64(n), np.int32(mw), counts))
+    return counts
+
+
+def _warp_per_row(name, n_rows, args):  # pragma: no cover - needs a GPU
+    """Launch a one-warp-per-row kernel of ``flyhash.cu`` (256 threads a block; none for no rows)."""
+    if n_rows:
+        get_function("flyhash", name)(((n_rows * 32 + 255) // 256,), (256,), args)

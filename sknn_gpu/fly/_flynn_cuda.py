@@ -1,0 +1,126 @@
+"""FlyNN CUDA engine: our kernels in ``sknn_gpu/_kernels/flynn.cu``.
+
+Same functions and signatures as :mod:`._flynn_cpu` and the same results bit for
+bit (integer counts; novelties summed in the same order with ``__dadd_rn``; the
+normalisation in the warp order the CPU engine reproduces). Inputs and results are
+CuPy arrays. Grids are sized from the device's SM count (:func:`device_limits`);
+every kernel loops over its work with a grid stride, so the results do not depend
+on the grid.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import device_limits, get_cupy
+from .._kernels import get_function
+
+__all__ = ["row_normalize", "count", "novelty", "argmin", "nearest_class", "work_bytes"]
+
+THREADS = 256
+#: Most classes for which predict fuses novelty and arg-min (per-class sums in registers).
+FUSED_MAX_CLASSES = 32
+
+
+def _grid(n_items, items_per_block, blocks_per_sm):  # pragma: no cover - needs a GPU
+    """One-dimensional grid: enough blocks for the work, at most ``blocks_per_sm`` per SM."""
+    full = device_limits().sm_count * blocks_per_sm
+    return (max(1, min(full, (int(n_items) + items_per_block - 1) // items_per_block)),)
+
+
+def _launch(name, n_items, args, **defines):  # pragma: no cover - needs a GPU
+    """Launch ``flynn.cu`` kernel ``name`` over ``n_items`` grid-stride items (none: no launch).
+
+    ``THREADS`` threads per block, up to 16 blocks per SM.
+    """
+    if n_items:
+        get_function("flynn", name, **defines)(_grid(n_items, THREADS, 16), (THREADS,), args)
+
+
+def row_normalize(X):  # pragma: no cover - needs a GPU
+    """Centre every row and scale it to unit L2 norm; one warp per row (``flynn.cu``).
+
+    Parameters
+    ----------
+    X : cupy.ndarray of shape (n, d), float32 or float64
+
+    Returns
+    -------
+    Z : cupy.ndarray of X's dtype and shape
+    """
+    cp = get_cupy()
+    X = cp.ascontiguousarray(X)
+    out = cp.empty_like(X)
+    n, d = X.shape
+    name = "flynn_row_normalize_f32" if X.dtype == cp.float32 else "flynn_row_normalize_f64"
+    get_function("flynn", name)(_grid(n, THREADS // 32, 64), (THREADS,), (X, out, np.int64(n), np.int64(d)))
+    return out
+
+
+def count(winners, labels, n_classes, n_components):  # pragma: no cover - needs a GPU
+    """Integer counts (n_classes, m): how often each cell wins per class (atomic adds)."""
+    cp = get_cupy()
+    winners = cp.ascontiguousarray(winners, dtype=cp.int32)
+    labels = cp.ascontiguousarray(labels, dtype=cp.int32)
+    counts = cp.zeros((n_classes, n_components), dtype=cp.int64)
+    n, k = winners.shape
+    _launch("flynn_count", n * k, (winners, labels, counts, np.int64(n), np.int32(k), np.int64(n_components)))
+    return counts
+
+
+def novelty(winners, filters_t):  # pragma: no cover - needs a GPU
+    """Novelty (n, n_classes), one thread per (sample, class), summed over the winners in order."""
+    cp = get_cupy()
+    winners = cp.ascontiguousarray(winners, dtype=cp.int32)
+    n, k = winners.shape
+    n_classes = filters_t.shape[1]
+    out = cp.empty((n, n_classes), dtype=cp.float64)
+    args = (winners, filters_t, out, np.int64(n), np.int32(k), np.int32(n_classes))
+    _launch("flynn_novelty", n * n_classes, args)
+    return out
+
+
+def argmin(novelty):  # pragma: no cover - needs a GPU
+    """Index (int64) of the least novel class per row; ties go to the lowest class index."""
+    cp = get_cupy()
+    n, n_classes = novelty.shape
+    out = cp.empty(n, dtype=cp.int64)
+    _launch("flynn_argmin", n, (novelty, out, np.int64(n), np.int32(n_classes)))
+    return out
+
+
+def nearest_class(winners, filters_t, out=None):  # pragma: no cover - needs a GPU
+    """``argmin(novelty(winners, filters_t))``, written into ``out`` when given.
+
+    With at most ``FUSED_MAX_CLASSES`` classes one kernel computes the per-class
+    sums (same order, same rounding as :func:`novelty`) and the arg-min (same tie
+    rule as :func:`argmin`) without writing the novelty matrix.
+    """
+    n_classes = filters_t.shape[1]
+    if n_classes > FUSED_MAX_CLASSES:
+        idx = argmin(novelty(winners, filters_t))
+        if out is None:
+            return idx
+        out[...] = idx
+        return out
+    cp = get_cupy()
+    winners = cp.ascontiguousarray(winners, dtype=cp.int32)
+    n, k = winners.shape
+    if out is None:
+        out = cp.empty(n, dtype=cp.int64)
+    args = (winners, filters_t, out, np.int64(n), np.int32(k))
+    _launch("flynn_predict", n, args, N_CLASSES=int(n_classes))
+    return out
+
+
+def work_bytes(n_rows, n_features, k, n_classes, n_components):
+    """Bytes one batch of ``n_rows`` allocates here (normalise, count, novelty).
+
+    Returns
+    -------
+    host, device : int
+        Host bytes (0) and GPU bytes: the batch moved to the GPU and its normalised
+        copy, the per-batch count table, the novelty block.
+    """
+    n, d, c, m = int(n_rows), int(n_features), int(n_classes), int(n_components)
+    return 0, 2 * n * d * 8 + n * k * 4 + c * m * 8 + n * c * 8
