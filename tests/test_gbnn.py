@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from sknn_gpu._backend import InsufficientMemoryError, to_host
-from sknn_gpu.memory import GBNNMemory, erasure_error_rate, theoretical_density
+from sknn_gpu.memory import GBNNMemory, _gbnn_cpu, erasure_error_rate, theoretical_density
+from sknn_gpu.memory._gbnn import gbnn_bytes
 from sknn_gpu.memory._gbnn_cpu import _unpack
 
 RULES = ["sum-of-sum", "sum-of-max", "joint"]
@@ -267,6 +268,77 @@ def test_explicit_shape_parameters_are_enforced(rng):
 def test_oversize_configuration_is_refused_before_allocating():
     with pytest.raises(InsufficientMemoryError, match="bytes"):
         GBNNMemory(device="cpu", cluster_size=2_000_000).fit(np.array([[0, 1, 2, 3]] * 2))
+
+
+# --------------------------------------------------------------------------- size estimate
+def _free_bytes(monkeypatch, n_bytes):
+    """Pretend that only ``n_bytes`` are free on every device."""
+    from sknn_gpu import _backend
+
+    monkeypatch.setattr(_backend, "free_memory", lambda device: int(n_bytes))
+
+
+def test_predict_refuses_a_batch_that_does_not_fit_before_computing(monkeypatch, rng):
+    msgs = rng.integers(0, 64, size=(200, 8))
+    mem = GBNNMemory(device="cpu", random_state=0).fit(msgs)
+    probes = _erase(msgs, 3, rng)
+    _free_bytes(monkeypatch, 1 << 20)  # the per-batch work of 200 probes needs ~6.6 MB
+    ran = []
+    monkeypatch.setattr(_gbnn_cpu, "_retrieve_chunk", lambda *a: ran.append(a))
+    with pytest.raises(
+        InsufficientMemoryError,
+        match=r"retrieve of 200 probes with n_clusters=8.* needs \d+ bytes .* only 1048576",
+    ):
+        mem.predict(probes)
+    assert not ran
+
+
+def test_refused_partial_fit_leaves_the_memory_as_it_was(monkeypatch, rng):
+    mem = GBNNMemory(device="cpu", cluster_size=32, random_state=0).fit(rng.integers(0, 32, size=(100, 6)))
+    W, seen, density = mem.W_.copy(), mem.n_messages_seen_, mem.density_
+    _free_bytes(monkeypatch, 1 << 16)
+    with pytest.raises(InsufficientMemoryError, match="partial_fit of 5000 messages"):
+        mem.partial_fit(rng.integers(0, 32, size=(5000, 6)))
+    assert np.array_equal(mem.W_, W) and mem.n_messages_seen_ == seen and mem.density_ == density
+
+
+def test_fit_counts_the_storing_work_not_only_w(monkeypatch, rng):
+    C, L, M = 8, 64, 20_000
+    w_bytes = C * L * C * 2 * 4
+    _free_bytes(monkeypatch, 4 * w_bytes)  # W_ alone would fit
+    mem = GBNNMemory(device="cpu", cluster_size=L)
+    with pytest.raises(InsufficientMemoryError, match="fit of 20000 messages"):
+        mem.fit(rng.integers(0, L, size=(M, C)))
+    assert not hasattr(mem, "W_")
+
+
+@pytest.mark.parametrize("C, L, M, K, e", [(8, 128, 3000, 1500, 4), (4, 64, 30_000, 3000, 2)])
+def test_size_estimate_bounds_the_measured_peak(C, L, M, K, e, rng):
+    # (4, 64, 30000): a saturated memory, every neuron a candidate (the worst case per element)
+    import tracemalloc
+
+    msgs = rng.integers(0, L, size=(M, C))
+    probes = _erase(msgs[:K], e, rng)
+    tracemalloc.start()
+    try:
+        mem = GBNNMemory(device="cpu", cluster_size=L, random_state=0).fit(msgs)
+        fit_peak = tracemalloc.get_traced_memory()[1]
+        peaks = {}
+        for rule in RULES:
+            mem.set_params(rule=rule)
+            tracemalloc.reset_peak()
+            base = tracemalloc.get_traced_memory()[0]
+            mem.retrieve(probes)
+            peaks[rule] = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    fit_est = sum(gbnn_bytes("cpu", C, L, M, "fit"))
+    ret_est = sum(gbnn_bytes("cpu", C, L, K, "retrieve"))
+    assert fit_peak <= fit_est <= 4 * fit_peak
+    assert max(peaks.values()) <= ret_est <= 4 * max(peaks.values()), peaks
+    assert gbnn_bytes("cpu", C, L, M, "partial_fit")[0] == fit_est - C * L * C * ((L + 31) // 32) * 4
+    host, dev = gbnn_bytes("cuda", C, L, K, "retrieve")
+    assert dev >= K * C * 12 and host >= K * C * 8  # probes and outputs on the GPU, results copied back
 
 
 # --------------------------------------------------------------------------- CPU == GPU

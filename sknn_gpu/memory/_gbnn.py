@@ -31,12 +31,61 @@ from . import _gbnn_cpu, _gbnn_cuda
 from ._gbnn_cpu import _n_words
 from ._gbnn_cuda import MAX_GPU_ROW_WORDS
 
-__all__ = ["GBNNMemory", "RetrievalResult", "theoretical_density", "erasure_error_rate"]
+__all__ = ["GBNNMemory", "RetrievalResult", "theoretical_density", "erasure_error_rate", "gbnn_bytes"]
+
+#: Largest ``cluster_size``: symbols are int32 on the GPU (and ``W_`` would need at least
+#: ``L²/8`` bytes, 2**59 for this ``L``, long before).
+MAX_CLUSTER_SIZE = 2**31 - 1
 
 
 def _engine(device):
     """The engine module of a resolved device: ``_gbnn_cpu`` or ``_gbnn_cuda``."""
     return _gbnn_cuda if device == "cuda" else _gbnn_cpu
+
+
+# ----------------------------------------------------------------------------------
+# Size estimate (refuse oversize work before allocating)
+# ----------------------------------------------------------------------------------
+#: Host bytes below which a GPU call skips the host-memory check (reading the host's free
+#: memory costs ~20 us, a noticeable share of a small GPU batch).
+_HOST_CHECK_FLOOR = 64 << 20
+
+
+def gbnn_bytes(device, n_clusters, cluster_size, n_rows=0, operation="fit"):
+    """Host and device bytes one :class:`GBNNMemory` call allocates, from the sizes alone.
+
+    The one size estimate of :class:`GBNNMemory`, checked before anything is
+    allocated by ``fit``, ``partial_fit`` and ``retrieve``/``predict``/``score``.
+
+    Parameters
+    ----------
+    device : {'cpu', 'cuda'}
+        Resolved device.
+    n_clusters, cluster_size : int
+        ``C`` and ``L``.
+    n_rows : int, default=0
+        Messages stored or probes retrieved in the call.
+    operation : {'fit', 'partial_fit', 'retrieve'}, default='fit'
+        ``'fit'`` counts the bit-packed ``W_`` (``C·L × C·ceil(L/32)`` ``uint32`` words)
+        and the storing work; ``'partial_fit'`` the storing work; ``'retrieve'`` the
+        per-batch work of a retrieval.
+
+    Returns
+    -------
+    host, device : int
+        Bytes on the host and on the GPU (0 for ``device='cpu'``).
+    """
+    if operation not in ("fit", "partial_fit", "retrieve"):
+        raise ValueError(f"operation must be 'fit', 'partial_fit' or 'retrieve', got {operation!r}.")
+    C, L, n_rows = int(n_clusters), int(cluster_size), int(n_rows)
+    host, dev = _engine(device).work_bytes("retrieve" if operation == "retrieve" else "store", n_rows, C, L)
+    if operation == "fit":
+        w = C * L * C * _n_words(L) * 4
+        if device == "cuda":
+            dev += w
+        else:
+            host += w
+    return host, dev
 
 
 # ----------------------------------------------------------------------------------
@@ -154,7 +203,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
     cluster_size : int, default=None
         Alphabet size ``L`` (neurons per cluster). Inferred as ``max(X) + 1`` from
         the first fit when None; set it to reserve room for symbols that only later
-        ``partial_fit`` calls will contain.
+        ``partial_fit`` calls will contain. At most ``2**31 - 1``.
     rule : {'joint', 'sum-of-max', 'sum-of-sum'}, default='joint'
         Retrieval rule.
 
@@ -213,9 +262,11 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
 
     Notes
     -----
-    ``W_`` needs ``(C·L)·C·ceil(L/32)·4`` bytes (8 MiB for ``C=16, L=512``); a
-    configuration that does not fit in free memory is refused before allocating,
-    with the number of bytes in the message.
+    ``W_`` needs ``(C·L)·C·ceil(L/32)·4`` bytes (8 MiB for ``C=16, L=512``). Every
+    ``fit``, ``partial_fit`` and retrieval first computes its host and device bytes
+    (:func:`gbnn_bytes`: ``W_`` and the per-batch work) and raises
+    :class:`~sknn_gpu.InsufficientMemoryError`, naming the bytes needed and free,
+    before allocating anything when they do not fit.
 
     Examples
     --------
@@ -237,7 +288,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         "n_clusters": [Interval(numbers.Integral, 1, None, closed="left"), None],
-        "cluster_size": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "cluster_size": [Interval(numbers.Integral, 1, MAX_CLUSTER_SIZE, closed="both"), None],
         "rule": [StrOptions({"sum-of-sum", "sum-of-max", "joint"})],
         "gamma": [Interval(numbers.Real, 0, None, closed="left")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
@@ -296,7 +347,13 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
                     f"GBNNMemory expects integer symbols (and -1 for erased ones in probes); {name} contains "
                     f"non-integer values such as {bad!r}."
                 )
-        mn, mx = int(X.min()), int(X.max())
+        top = X.max().item()
+        mn, mx = int(X.min().item()), int(top)
+        if mx >= MAX_CLUSTER_SIZE:
+            raise ValueError(
+                f"{name} has a symbol {top!r}, but symbols must be < {MAX_CLUSTER_SIZE} (2**31 - 1, the "
+                "largest cluster_size)."
+            )
         if mn < (-1 if allow_erased else 0):
             if allow_erased:
                 raise ValueError(
@@ -315,6 +372,22 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
                 f"{name} has {X.shape[1]} clusters (columns), but the memory has n_clusters_={C}."
             )
         return X, mx
+
+    def _check_size(self, n_rows, operation, C, L, device):
+        """Raise InsufficientMemoryError, naming the bytes needed and free, unless
+        :func:`gbnn_bytes` fits now on the host and (for CUDA) the GPU."""
+        host, dev = gbnn_bytes(device, C, L, n_rows, operation)
+        rows = "probes" if operation == "retrieve" else "messages"
+        what = (
+            f"GBNNMemory.{operation} of {n_rows} {rows} with n_clusters={C}, cluster_size={L} "
+            f"(W_ is {C * L} neurons x {C * _n_words(L)} uint32 words)"
+        )
+        if device == "cuda":
+            if host > _HOST_CHECK_FLOOR:
+                check_memory(host, "cpu", what=f"{what} (host side)")
+            check_memory(dev, "cuda", what=what)
+        else:
+            check_memory(host, "cpu", what=what)
 
     # ------------------------------------------------------------------ fitting
     @_fit_context(prefer_skip_nested_validation=True)
@@ -376,20 +449,17 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
                         f"words per neuron row; C={C}, L={L} needs {CW}. Use device='cpu'."
                     )
                 device = self.device_ = "cpu"
-            n = C * L
-            check_memory(
-                n * CW * 4,
-                device,
-                what=f"GBNNMemory's bit-packed weight matrix ({n} neurons x {CW} uint32 words)",
-            )
+            self._check_size(X.shape[0], "fit", C, L, device)
             self.n_clusters_ = C
             self.cluster_size_ = L
-            self.W_ = self._xp.zeros((n, CW), dtype=np.uint32)
+            self.W_ = self._xp.zeros((C * L, CW), dtype=np.uint32)
             rs = check_random_state(self.random_state)
             self.tie_seed_ = (int(rs.randint(0, 2**32, dtype=np.int64)) << 32) | int(
                 rs.randint(0, 2**32, dtype=np.int64)
             )
             self.n_messages_seen_ = 0
+        else:
+            self._check_size(X.shape[0], "partial_fit", self.n_clusters_, self.cluster_size_, self.device_)
         L, C = self.cluster_size_, self.n_clusters_
         engine = _engine(self.device_)
         engine.store(self.W_, to_device(X, self.device_), L)
@@ -417,6 +487,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         """
         check_is_fitted(self, "W_")
         Xc, _ = self._check_symbols(X, reset=False, allow_erased=True)
+        self._check_size(Xc.shape[0], "retrieve", self.n_clusters_, self.cluster_size_, self.device_)
         out = _engine(self.device_).retrieve(
             self.W_,
             to_device(Xc, self.device_),

@@ -14,7 +14,7 @@ from .._backend import get_cupy
 from .._kernels import get_function
 from ._gbnn_cpu import _n_planes, _n_words
 
-__all__ = ["store", "count_edges", "retrieve", "MAX_GPU_ROW_WORDS"]
+__all__ = ["store", "count_edges", "retrieve", "work_bytes", "MAX_GPU_ROW_WORDS"]
 
 #: Largest number of 32-bit words per neuron row the GPU kernels handle (one thread
 #: per word, one block per probe): ``n_clusters * ceil(cluster_size / 32) <= 1024``.
@@ -26,6 +26,18 @@ _RULE_IDS = {"sum-of-sum": 0, "sum-of-max": 1, "joint": 2}
 def _defines(C, L):
     Lw = _n_words(L)
     return {"NC": int(C), "NL": int(L), "LW": Lw, "CW": int(C) * Lw}
+
+
+def work_bytes(operation, n_rows, C, L):
+    """Bytes that storing or retrieving ``n_rows`` rows allocates beyond ``W``: ``(host, device)``.
+
+    ``'store'``: the messages on the GPU (as given, at most 8 bytes a symbol, and their
+    int32 copy). ``'retrieve'``: the probes likewise, the outputs and their copy back to
+    the host (for host input). The kernels' state lives in shared memory.
+    """
+    if operation == "store":
+        return 0, n_rows * C * 12 + 8
+    return n_rows * (C * 8 + 5), n_rows * (C * 20 + 6)
 
 
 def store(W, X, L):
