@@ -356,3 +356,101 @@ def test_cpu_and_gpu_fits_agree(topology, rng):
     np.testing.assert_allclose(out.get(), cpu.predict(Xt), rtol=1e-5, atol=1e-8)
     back = pickle.loads(pickle.dumps(gpu))
     np.testing.assert_allclose(back.predict(Xt), cpu.predict(Xt), rtol=1e-5, atol=1e-8)
+
+
+# ----------------------------------------------------------------------------- errors and limits (issue 15)
+@pytest.mark.parametrize("sizes", [[0], [2.5], [-5], (8, 0), [True], "10"])
+def test_hidden_layer_sizes_must_be_integers_of_at_least_one(sizes, rng):
+    X, y, _, _ = friedman(rng, n=50)
+    with pytest.raises(ValueError, match="hidden_layer_sizes"):
+        SparseNetRegressor(hidden_layer_sizes=sizes, max_iter=1, device="cpu").fit(X, y)
+
+
+def test_targets_beyond_1e100_are_refused_and_large_ones_work(rng):
+    X, y, _, _ = friedman(rng, n=120)
+    big = y.copy()
+    big[3] = 1e300
+    reg = SparseNetRegressor("random", n_hidden=10, max_iter=3, random_state=0, device="cpu")
+    with pytest.raises(ValueError, match=r"magnitude 1e\+300.*up to 1e\+100"):
+        reg.fit(X, big)
+    assert not hasattr(reg, "graph_")
+    pred = reg.fit(X, y * 1e98).predict(X)  # within the limit: standardised, finite, of the right scale
+    assert np.all(np.isfinite(pred)) and 1e97 < np.abs(pred).mean() < 1e100
+    with pytest.raises(ValueError, match="magnitude"):
+        reg.partial_fit(X, -big)
+
+
+def _tiny_free_memory(monkeypatch, n_bytes):
+    from sknn_gpu import _backend
+
+    monkeypatch.setattr(_backend, "free_memory", lambda device: n_bytes)
+
+
+def test_oversize_fit_is_refused_before_allocating(monkeypatch, rng):
+    import tracemalloc
+
+    from sknn_gpu._backend import InsufficientMemoryError
+
+    X, y, _, _ = friedman(rng, n=200)
+    _tiny_free_memory(monkeypatch, 64 << 20)
+    reg = SparseNetRegressor(hidden_layer_sizes=(3000, 3000), max_iter=1, device="cpu")
+    tracemalloc.start()
+    with pytest.raises(
+        InsufficientMemoryError, match=r"SparseNetRegressor\.fit .* needs (\d+) bytes .* only 67108864"
+    ):
+        reg.fit(X, y)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 8 << 20, peak  # 9 million weights were never allocated
+    assert not hasattr(reg, "graph_")
+
+
+def test_oversize_partial_fit_and_predict_leave_the_model_as_it_was(monkeypatch, rng):
+    from sknn_gpu._backend import InsufficientMemoryError
+
+    X, y, Xt, _ = friedman(rng, n=300)
+    reg = SparseNetRegressor("random", n_hidden=40, density=0.5, max_iter=2, random_state=0, device="cpu")
+    reg.fit(X, y)
+    before = (reg.graph_.weights.copy(), list(reg.loss_curve_), reg.predict(Xt))
+    big = np.tile(X, (200, 1))  # 60,000 rows: over the 16 MiB below which nothing is checked
+    _tiny_free_memory(monkeypatch, 1 << 20)
+    with pytest.raises(InsufficientMemoryError, match=r"partial_fit .* needs \d+ bytes .* only 1048576"):
+        reg.partial_fit(big, np.tile(y, 200))
+    with pytest.raises(InsufficientMemoryError, match=r"predict .* needs"):
+        reg.predict(big)
+    small = reg.predict(Xt)  # small work skips the free-memory query
+    np.testing.assert_array_equal(small, before[2])
+    monkeypatch.undo()
+    np.testing.assert_array_equal(reg.graph_.weights, before[0])
+    assert reg.loss_curve_ == before[1]
+    np.testing.assert_array_equal(reg.predict(Xt), before[2])
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(hidden_layer_sizes=(256, 128), density=0.2, n_prune_steps=2, fine_tune_iter=1),
+        dict(topology="random", n_hidden=600, density=0.3, early_stopping=True, batch_size=500),
+    ],
+    ids=["prune", "random"],
+)
+def test_size_estimate_bounds_the_measured_peak(params, rng):
+    """The estimate is an upper bound of what fit and predict allocate, and not a wild one."""
+    import tracemalloc
+
+    X, y, _, _ = friedman(rng, n=1500)
+    reg = SparseNetRegressor(max_iter=2, random_state=0, device="cpu", **params)
+    reg.device_ = "cpu"
+    need = reg._memory_estimate(1500, 10, 1)
+    del reg.device_
+    tracemalloc.start()
+    reg.fit(X, y)
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.reset_peak()
+    reg.predict(X)
+    _, predict_peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    total = need["host"] + need["device"]
+    assert peak <= total <= 4 * peak, (peak, need)
+    predict_need = sum(reg._memory_estimate(1500, 10, 1, fit=False).values())
+    assert predict_peak <= predict_need <= 4 * predict_peak, (predict_peak, predict_need)

@@ -140,26 +140,10 @@ def activation(code, z, slope, xp=np):
 def derivative(code, f, slope, xp=np):
     """d activation / d z expressed through the activation's output ``f`` (trainable codes only).
 
-    Parameters
-    ----------
-    code : int
-        One of the codes of ``TRAINABLE_ACTIVATIONS``.
-    f : ndarray
-        Activation outputs (NumPy or CuPy, matching ``xp``).
-    slope : float
-        Slope of the ``'sigmoid'`` activation.
-    xp : module, default=numpy
-        ``numpy`` or ``cupy``.
-
-    Returns
-    -------
-    ndarray
-        Same shape as ``f``.
-
-    Raises
-    ------
-    ValueError
-        For an activation whose derivative is not known from its output.
+    ``code``, ``slope`` and ``xp`` are as in :func:`activation`; ``f`` holds the outputs
+    ``activation(code, z, slope, xp)`` and the result has its shape. Raises ValueError for
+    an activation whose derivative is not known from its output (not in
+    ``TRAINABLE_ACTIVATIONS``).
     """
     code = int(code)
     if code == 0:
@@ -216,18 +200,8 @@ def apply_activation(codes, z, slope):
 def activation_derivative(codes, f, slope):
     """Per-row d activation / d z through the outputs ``f`` (shape (n, B)); trainable codes only.
 
-    Parameters
-    ----------
-    codes : array-like of int, shape (n,)
-        One activation code per row.
-    f : ndarray of shape (n, B)
-        Activation outputs, NumPy or CuPy.
-    slope : float
-        Slope of ``'sigmoid'``.
-
-    Returns
-    -------
-    ndarray of shape (n, B)
+    The counterpart of :func:`apply_activation` (same arguments, with the outputs ``f`` in
+    place of ``z``), built on :func:`derivative`.
     """
     return _per_row(derivative, codes, f, slope)
 

@@ -227,7 +227,8 @@ def random_dag(
 
     Returns
     -------
-    SparseGraph
+    graph : SparseGraph
+        Hidden nodes in ``activation``, outputs linear, responses 1.
 
     Raises
     ------

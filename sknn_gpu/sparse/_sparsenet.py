@@ -33,11 +33,10 @@ from ._activations import (
     CODE_TO_NAME,
     TRAINABLE_ACTIVATIONS,
     TRAINABLE_CODES,
-    activation,
-    derivative,
 )
 from ._graph import SparseGraph, engine
 from ._graph_build import build_random_dag, graph_nbytes, n_candidate_pairs, random_dag_nbytes
+from ._sparsenet_train import SGD, Adam, DenseMasked, SparseModel
 
 __all__ = ["SparseNetRegressor"]
 
@@ -48,151 +47,8 @@ Y_MAX = 1e100
 #: Node values per predict chunk (bytes): predictions run in row chunks of at most this.
 PREDICT_CHUNK_BYTES = 256 << 20
 
-
-# --------------------------------------------------------------------------- models
-class _DenseMasked:
-    """A layered MLP with 0/1 masks on its weights (the 'prune' topology before export)."""
-
-    def __init__(self, sizes, code, slope, rng, xp):
-        self.xp, self.code, self.slope = xp, code, slope
-        self.sizes = list(sizes)
-        factor = 2.0 if code in (1, 2) else 6.0
-        params, masks = [], []
-        for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
-            bound = np.sqrt(factor / (fan_in + fan_out))
-            params.append(xp.asarray(rng.uniform(-bound, bound, (fan_in, fan_out))))
-            params.append(xp.asarray(rng.uniform(-bound, bound, fan_out)))
-            masks.append(xp.ones((fan_in, fan_out)))
-        self.params, self.masks = params, masks
-        self.weight_index = list(range(0, len(params), 2))
-
-    def forward(self, X, keep=False):
-        acts = [X]
-        n_layers = len(self.masks)
-        for k in range(n_layers):
-            z = acts[-1] @ self.params[2 * k] + self.params[2 * k + 1]
-            acts.append(z if k == n_layers - 1 else activation(self.code, z, self.slope, self.xp))
-        return (acts[-1], acts) if keep else acts[-1]
-
-    def backward(self, acts, G):
-        grads = [None] * len(self.params)
-        n_layers = len(self.masks)
-        for k in range(n_layers - 1, -1, -1):
-            grads[2 * k] = (acts[k].T @ G) * self.masks[k]
-            grads[2 * k + 1] = G.sum(axis=0)
-            if k:
-                G = (G @ self.params[2 * k].T) * derivative(self.code, acts[k], self.slope, self.xp)
-        return grads
-
-    def n_alive(self):
-        return int(sum(float(m.sum()) for m in self.masks))
-
-    def prune_to(self, n_keep):
-        """Keep exactly the ``n_keep`` largest-magnitude live weights (ties: lowest index)."""
-        xp = self.xp
-        mags = np.concatenate(
-            [
-                np.where(to_host(self.masks[k]) > 0, np.abs(to_host(self.params[2 * k])), -1.0).ravel()
-                for k in range(len(self.masks))
-            ]
-        )
-        # dead weights get -1 so they are never kept; stable order breaks ties by position
-        order = np.argsort(-mags, kind="stable")
-        keep = np.zeros(mags.size, bool)
-        keep[order[:n_keep]] = True
-        pos = 0
-        for k, m in enumerate(self.masks):
-            size = m.size
-            new = keep[pos : pos + size].reshape(m.shape).astype(np.float64)
-            self.masks[k] = xp.asarray(new)
-            self.params[2 * k] = self.params[2 * k] * self.masks[k]
-            pos += size
-
-    def to_graph(self, slope):
-        """Export the live weights as a SparseGraph (inputs, outputs, then hidden nodes)."""
-        sizes = self.sizes
-        n_in, n_out = sizes[0], sizes[-1]
-        hidden = sizes[1:-1]
-        # node ids per layer
-        ids = [np.arange(n_in)]
-        start = n_in + n_out
-        for h in hidden:
-            ids.append(np.arange(start, start + h))
-            start += h
-        ids.append(np.arange(n_in, n_in + n_out))
-        n_nodes = start
-        src, dst, w = [], [], []
-        biases = np.zeros(n_nodes)
-        codes = np.full(n_nodes, self.code, dtype=np.int32)
-        codes[ids[-1]] = ACTIVATIONS["identity"]
-        for k in range(len(self.masks)):
-            W = to_host(self.params[2 * k])
-            M = to_host(self.masks[k]) > 0
-            r, c = np.nonzero(M)
-            src.append(ids[k][r])
-            dst.append(ids[k + 1][c])
-            w.append(W[r, c])
-            biases[ids[k + 1]] = to_host(self.params[2 * k + 1])
-        return SparseGraph(
-            np.concatenate(src),
-            np.concatenate(dst),
-            np.concatenate(w),
-            biases,
-            np.ones(n_nodes),
-            codes,
-            ids[0],
-            ids[-1],
-            slope=slope,
-        )
-
-
-class _SparseModel:
-    """Trainable view of a SparseGraph: plan-order weights and biases on the device, one engine."""
-
-    def __init__(self, graph, device):
-        self.graph, self.engine = graph, engine(device)
-        self.params = [to_device(p, device) for p in graph.plan_params()]
-        self.weight_index = [0]
-
-    def forward(self, X, keep=False):
-        w, b = self.params
-        out, V = self.engine.forward(self.graph, X, w=w, b=b, keep_values=True)
-        return (out, V) if keep else out
-
-    def backward(self, V, G):
-        G_out = array_module(G).ascontiguousarray(G.T)
-        return list(self.engine.backward(self.graph, V, G_out, self.params[0]))
-
-    def to_graph(self):
-        return self.graph.with_params(self.params[0], self.params[1])
-
-
-# --------------------------------------------------------------------------- optimisers
-class _Adam:
-    def __init__(self, params, lr, beta_1=0.9, beta_2=0.999, epsilon=1e-8):
-        self.lr, self.b1, self.b2, self.eps = lr, beta_1, beta_2, epsilon
-        self.m = [p * 0.0 for p in params]
-        self.v = [p * 0.0 for p in params]
-        self.t = 0
-
-    def step(self, params, grads):
-        self.t += 1
-        lr = self.lr * np.sqrt(1 - self.b2**self.t) / (1 - self.b1**self.t)
-        for i, (p, g) in enumerate(zip(params, grads)):
-            self.m[i] = self.b1 * self.m[i] + (1 - self.b1) * g
-            self.v[i] = self.b2 * self.v[i] + (1 - self.b2) * g * g
-            params[i] = p - lr * self.m[i] / ((self.v[i]) ** 0.5 + self.eps)
-
-
-class _SGD:
-    def __init__(self, params, lr, momentum=0.9):
-        self.lr, self.mu = lr, momentum
-        self.vel = [p * 0.0 for p in params]
-
-    def step(self, params, grads):
-        for i, (p, g) in enumerate(zip(params, grads)):
-            self.vel[i] = self.mu * self.vel[i] - self.lr * g
-            params[i] = p + self.vel[i]
+#: Work below this many bytes (per device) skips the free-memory query.
+SMALL_WORK_BYTES = 16 << 20
 
 
 # --------------------------------------------------------------------------- the estimator
@@ -489,10 +345,12 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         """Host and device bytes that ``fit``/``partial_fit`` (``fit=True``) or ``predict`` need.
 
         Computed from the parameters and the data shape before anything is allocated:
-        the data and its float64 copies, the model (weights, gradients, optimizer state
-        and the optimizer's temporaries; the masks of a dense ``'prune'`` phase), the
-        activations of one minibatch (of one prediction chunk), and on the host the
-        topology construction (the random DAG's draw, pruning and export).
+        the data and its float64 copies; the model (weights, gradients, optimizer state
+        and the optimizer's temporaries, the masks of a dense ``'prune'`` phase, the
+        device copy of the level plan); the node values of one minibatch (of one
+        prediction chunk) with their gradients, plus the CPU engine's per-level
+        temporaries; on the host, the topology's construction (the random DAG's draw,
+        pruning and export). An upper estimate: tests compare it with measured peaks.
 
         Parameters
         ----------
@@ -508,13 +366,31 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         dict
             ``{'host': bytes, 'device': bytes}``; on ``device_='cpu'`` both are host memory.
         """
+        cpu = self.device_ == "cpu"
         data = 8 * n_samples * (n_features + n_outputs)
-        if not fit:  # X, its copy on the device and the predictions, node values of one chunk
-            g = self.graph_
-            n_slots = g.plan["n_in"] + g.plan["nodes"].size
-            chunk = min(n_samples, max(1, PREDICT_CHUNK_BYTES // (8 * max(n_slots, 1))))
-            return {"host": data, "device": 2 * data + 8 * n_slots * chunk + 64 * (g.n_edges + g.n_nodes)}
+
+        def sparse_batch(n_nodes, n_edges, widest, batch, backward):
+            # V (+ G and D), the CPU engine's per-level temporaries and gradient gather chunk
+            values = 8 * n_nodes * batch * (3 if backward else 1)
+            gather = min(32 << 20, 16 * n_edges * batch) if backward else 0
+            return values + (8 * 4 * widest * batch + gather if cpu else 0)
+
+        def plan_of(g):  # (n_nodes, n_edges, widest level): the plan's widths once it is built
+            return (
+                g.n_nodes,
+                g.n_edges,
+                int(g.level_sizes.max(initial=1)) if g._plan is not None else g.n_nodes,
+            )
+
+        if not fit:  # X on the device and the predictions, node values of one chunk
+            n_nodes, n_edges, widest = plan_of(self.graph_)
+            chunk = min(n_samples, max(1, PREDICT_CHUNK_BYTES // (8 * max(n_nodes, 1))))
+            device = (
+                2 * data + sparse_batch(n_nodes, n_edges, widest, chunk, False) + 64 * (n_edges + n_nodes)
+            )
+            return {"host": data, "device": device}
         bs = min(200, n_samples) if self.batch_size == "auto" else min(int(self.batch_size), n_samples)
+        n_val = int(round(self.validation_fraction * n_samples)) + 1 if self.early_stopping else 0
         per_param = 3 + (2 if self.solver == "adam" else 1) + 2  # value, gradient, L2 term, state, temps
         host, device = 2 * data, 2 * data
         topo = self.topology if first else None
@@ -522,35 +398,38 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
             sizes = [n_features, *self._hidden_sizes(), n_outputs]
             n_w = sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
             n_p = n_w + sum(sizes[1:])
-            device += 8 * (per_param * n_p + n_w) + 8 * 3 * bs * sum(sizes)  # + masks, acts/grads
-            n_kept = int(round(float(self.density) * n_w))
-            # initial draw, pruning (magnitudes, order, host copies) and export
-            host += 8 * n_p + 33 * n_w + graph_nbytes(sum(sizes), n_kept)
-            n_nodes, n_edges = sum(sizes), n_kept
-        elif isinstance(topo, str):  # 'random'
+            device += 8 * (per_param * n_p + n_w) + 8 * sum(sizes) * (4 * bs + n_val)  # + masks, acts
+            # initial draw, pruning (magnitudes, order, host copies) and export; no sparse training
+            host += 8 * n_p + 33 * n_w + graph_nbytes(sum(sizes), int(round(float(self.density) * n_w)))
+            return {"host": host, "device": device}
+        if isinstance(topo, str):  # 'random'
             n_h = int(self.n_hidden)
             host += random_dag_nbytes(n_features, n_outputs, n_h, float(self.density))
             n_pairs = n_candidate_pairs(n_features, n_outputs, n_h)
             n_nodes, n_edges = n_features + n_outputs + n_h, max(1, int(round(float(self.density) * n_pairs)))
+            widest = n_nodes
         else:  # a given SparseGraph (copied) or the fitted one
-            g = self.graph_ if topo is None else topo
-            n_nodes, n_edges = g.n_nodes, g.n_edges
+            n_nodes, n_edges, widest = plan_of(self.graph_ if topo is None else topo)
             host += graph_nbytes(n_nodes, n_edges)
-        # the sparse model: parameters with optimizer state, device plan, V + G + D of one batch
-        device += 8 * per_param * (n_edges + n_nodes) + 64 * (n_edges + n_nodes) + 8 * 3 * n_nodes * bs
+        # the sparse model: parameters with optimizer state and the device plan, one batch
+        device += 8 * per_param * (n_edges + n_nodes) + 64 * (n_edges + n_nodes)
+        device += sparse_batch(n_nodes, n_edges, widest, bs, True) + sparse_batch(
+            n_nodes, n_edges, widest, n_val, False
+        )
         return {"host": host, "device": device}
 
     def _check_memory(self, need, what):
-        """Refuse (InsufficientMemoryError, bytes needed and free) before allocating ``need``."""
-        if self.device_ == "cuda":
-            check_memory(need["host"], "cpu", f"{what} (host part)")
-            check_memory(need["device"], "cuda", f"{what} (weights, optimizer state, activations per batch)")
-        else:
-            check_memory(
-                need["host"] + need["device"],
-                "cpu",
-                f"{what} (weights, optimizer state, activations per batch)",
-            )
+        """Refuse (InsufficientMemoryError, bytes needed and free) before allocating ``need``.
+
+        Work under ``SMALL_WORK_BYTES`` per device is not checked: it cannot be oversize,
+        and the free-memory query (~20 us on the host) would dominate small predictions.
+        """
+        parts = [("cpu", need["host"], f"{what} (host part)"), ("cuda", need["device"], what)]
+        if self.device_ == "cpu":
+            parts = [("cpu", need["host"] + need["device"], what)]
+        for device, n_bytes, label in parts:
+            if n_bytes > SMALL_WORK_BYTES:
+                check_memory(n_bytes, device, f"{label} (weights, optimizer state, activations per batch)")
 
     # ------------------------------------------------------------------ internals
     def _set_graph(self, graph):
@@ -674,7 +553,7 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
             self._y_mean, self._y_scale = self._target_scaling(y2, linear)
         else:
             graph = self.graph_
-        model = _SparseModel(graph, device)
+        model = SparseModel(graph, device)
         self._train(model, X, self._standardise(y2), rng, max_iter, xp)
         self._set_graph(model.to_graph())
         return self
@@ -684,7 +563,7 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         sizes = [X.shape[1], *hidden, y2.shape[1]]
         self._y_mean, self._y_scale = self._target_scaling(y2, linear=True)
         ys = self._standardise(y2)
-        model = _DenseMasked(sizes, ACTIVATIONS[self.activation], float(self.slope), rng, xp)
+        model = DenseMasked(sizes, ACTIVATIONS[self.activation], float(self.slope), rng, xp)
         self.n_dense_edges_ = model.n_alive()
         self._train(model, X, ys, rng, max_iter, xp)
         steps = 1 if incremental else int(self.n_prune_steps)
@@ -730,9 +609,9 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         Xd, yd = xp.asarray(X), xp.asarray(ys)
         bs = min(200, n) if self.batch_size == "auto" else min(int(self.batch_size), n)
         opt = (
-            _Adam(model.params, self.learning_rate_init)
+            Adam(model.params, self.learning_rate_init)
             if self.solver == "adam"
-            else _SGD(model.params, self.learning_rate_init)
+            else SGD(model.params, self.learning_rate_init)
         )
         n_out = ys.shape[1]
         best_loss, best_score, no_improve, best_params = np.inf, -np.inf, 0, None
@@ -755,7 +634,7 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
                     grads[i] = grads[i] + (self.alpha / B) * p
                     loss += 0.5 * self.alpha * float((p * p).sum()) / B
                 opt.step(model.params, grads)
-                if isinstance(model, _DenseMasked):
+                if isinstance(model, DenseMasked):
                     for k, m in enumerate(model.masks):
                         model.params[2 * k] = model.params[2 * k] * m
                 total += loss * B
