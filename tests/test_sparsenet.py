@@ -322,6 +322,7 @@ def test_cupy_input_stays_on_the_gpu(monkeypatch, rng):
     assert isinstance(out, cp.ndarray) and out.shape == (400,)
     np.testing.assert_allclose(out.get(), ref_pred, rtol=1e-9, atol=1e-12)
     monkeypatch.undo()
+    assert reg.score(cp.asarray(Xt), cp.asarray(ref_pred)) == pytest.approx(1.0)  # R² takes CuPy X and y
     # a CPU model predicting CuPy input: validated on the device, computed on the host, CuPy out
     cpu = SparseNetRegressor("random", **{**kw, "device": "cpu"}).fit(X, y)
     got = cpu.predict(cp.asarray(Xt))

@@ -12,7 +12,7 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, RegressorMixin, _fit_context
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
@@ -23,11 +23,10 @@ from .._backend import (
     check_memory,
     get_xp,
     is_device_array,
-    same_type_as_input,
     to_device,
     to_host,
 )
-from ..base import DeviceMixin
+from ..base import DeviceMixin, DeviceRegressorMixin
 from ._activations import (
     ACTIVATIONS,
     CODE_TO_NAME,
@@ -52,7 +51,7 @@ SMALL_WORK_BYTES = 16 << 20
 
 
 # --------------------------------------------------------------------------- the estimator
-class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
+class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
     """Regression with an arbitrary-structured sparse feed-forward network.
 
     The network is a DAG (a :class:`~sknn_gpu.sparse.SparseGraph`) evaluated level
@@ -315,7 +314,7 @@ class SparseNetRegressor(DeviceMixin, RegressorMixin, BaseEstimator):
         out = out * xp.asarray(self._y_scale) + xp.asarray(self._y_mean)
         if self._y_1d:
             out = out[:, 0]
-        return same_type_as_input(out, X)
+        return self._output(out, X)
 
     def prune(self, amount):
         """Remove the ``round(amount * n_edges_)`` smallest-magnitude edges of the fitted graph.
