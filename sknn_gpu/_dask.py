@@ -1,0 +1,92 @@
+"""Dask arrays in, Dask arrays out: the one row-blockwise wrapper every estimator uses.
+
+A method decorated with :func:`dask_rows` keeps its normal behaviour for NumPy/CuPy
+input; given a Dask array chunked by rows (or, for images, along the batch axis) it
+returns a lazy Dask array built with ``map_blocks``: each block runs the method on a
+worker, on whatever array type the chunks hold (NumPy or CuPy, as on a
+``dask_cuda.LocalCUDACluster``), and the result's ``meta`` has that same type. Empty
+row blocks are skipped (they give empty results, never an error). A Dask array split
+along the feature axis is refused with a message that says how to rechunk: each row
+needs all its features at once.
+
+Importing this module never imports Dask.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+__all__ = ["is_dask_collection", "dask_rows", "check_row_chunks"]
+
+
+def is_dask_collection(x) -> bool:
+    """True for a Dask array (never imports Dask)."""
+    return type(x).__module__.split(".", 1)[0] == "dask" and hasattr(x, "map_blocks")
+
+
+def check_row_chunks(X, what, sample_axes=1):
+    """Refuse a Dask array chunked along anything but its first ``sample_axes`` axes."""
+    split = [ax for ax in range(sample_axes, X.ndim) if X.numblocks[ax] != 1]
+    if split:
+        fix = ", ".join(f"{ax}: -1" for ax in range(sample_axes, X.ndim))
+        raise ValueError(
+            f"{what}: the Dask array is chunked along axis {split[0]} (chunks {X.chunks}); every "
+            f"sample needs all its features in one block. Rechunk with X.rechunk({{{fix}}})."
+        )
+
+
+def _meta_module(X):
+    meta = getattr(X, "_meta", None)
+    if meta is not None and type(meta).__module__.split(".", 1)[0] == "cupy":
+        import cupy
+
+        return cupy
+    return np
+
+
+def dask_rows(trailing, sample_axes=1):
+    """Decorator: run ``method(self, X)`` block by block when ``X`` is a Dask array.
+
+    Parameters
+    ----------
+    trailing : callable
+        ``trailing(estimator, X) -> (shape, dtype)``: the shape of one sample's result
+        (``()`` for one value per sample, ``(n,)`` for a row of ``n`` values, or the
+        input's own trailing shape for image outputs) and its dtype.
+    sample_axes : int
+        How many leading axes index samples (1 for tables; a batch of images is one).
+    """
+
+    def decorate(method):
+        @functools.wraps(method)
+        def wrapper(self, X, *args, **kwargs):
+            if not is_dask_collection(X):
+                return method(self, X, *args, **kwargs)
+            name = f"{type(self).__name__}.{method.__name__}"
+            check_row_chunks(X, name, sample_axes)
+            shape, dtype = trailing(self, X)
+            shape, dtype = tuple(shape), np.dtype(dtype)
+            xp = _meta_module(X)
+            bound = getattr(self, method.__name__)
+
+            def block(b):
+                if b.shape[0] == 0:
+                    return xp.empty((0,) + shape, dtype=dtype)
+                return bound(b, *args, **kwargs)
+
+            lead = X.chunks[:sample_axes]
+            meta = xp.empty((0,) * (sample_axes + len(shape)), dtype=dtype)
+            chunks = lead + tuple((n,) for n in shape)
+            n_in, n_out = X.ndim, sample_axes + len(shape)
+            axes = {}
+            if n_out < n_in:
+                axes["drop_axis"] = tuple(range(n_out, n_in))
+            elif n_out > n_in:
+                axes["new_axis"] = tuple(range(n_in, n_out))
+            return X.map_blocks(block, dtype=dtype, chunks=chunks, meta=meta, **axes)
+
+        return wrapper
+
+    return decorate
