@@ -129,8 +129,69 @@ def test_sum_of_max_and_joint_converge_to_the_clique_ensemble(device, rule, gamm
     res = mem.retrieve(PAPER_PROBE)
     assert res.converged[0]
     assert res.n_candidates.tolist() == [[3, 3, 1]]  # every stored message matches the probe
-    m = res.messages[0]
-    assert 0 <= m[0] < 3 and 0 <= m[1] < 3 and m[2] == 0
+    assert to_host(res.messages)[0].tolist() in PAPER_MSGS.tolist()
+
+
+@pytest.mark.parametrize("rule", ["sum-of-max", "joint"])
+def test_ambiguous_probe_returns_a_stored_message(device, rule):
+    # Section V-A: "the retrieval rule returns an arbitrary stored message matching the input".
+    # Picking each cluster on its own returned (3, 1, 1) (0-based [2, 0, 0]) for some seeds.
+    answers = set()
+    for seed in range(40):
+        mem = GBNNMemory(rule=rule, random_state=seed, device=device).fit(PAPER_MSGS)
+        answers.add(tuple(to_host(mem.predict(PAPER_PROBE))[0]))
+    assert answers == {tuple(m) for m in PAPER_MSGS.tolist()}  # only stored ones, each reachable
+
+
+def _cycle_messages(known, filler):
+    """Messages whose cliques make a 6-cycle p1-q1-r1-p2-q2-r2-p1 over symbols 1, 2 of the last
+    three clusters, each edge from its own message (``known`` leads the row; ``filler`` fills the
+    third cluster): every cycle neuron is connected to one neuron of each other cycle cluster,
+    but no three of them form a triangle."""
+    f = filler
+    tails = [(1, 1, f), (f, 1, 1), (2, f, 1), (2, 2, f), (f, 2, 2), (1, f, 2)]
+    return [tuple(known) + t for t in tails]
+
+
+def _links(known, filler):
+    """Messages connecting ``known`` to each of the six cycle neurons, with fillers elsewhere."""
+    f = filler
+    tails = [(1, f, f), (2, f, f), (f, 1, f), (f, 2, f), (f, f, 1), (f, f, 2)]
+    return [tuple(known) + t for t in tails]
+
+
+# The sum-of-max state of the probe (0, 0, 0, ?, ?, ?) holds the cycle, connected to all three
+# known neurons (through different messages), and no clique.
+CYCLE_MSGS = np.array(
+    _cycle_messages((0, 3, 3), 3)
+    + _links((4, 0, 4), 8)
+    + _links((4, 4, 0), 8)
+    + [(0, 0, 5, 9, 9, 9), (0, 6, 0, 10, 10, 10), (7, 0, 0, 11, 11, 11)]  # the known neurons' edges
+)
+
+
+@pytest.mark.parametrize("rule", ["sum-of-max", "joint"])
+def test_state_without_a_clique_gives_minus_one(device, rule):
+    for seed in range(6):
+        mem = GBNNMemory(rule=rule, cluster_size=12, random_state=seed, device=device).fit(CYCLE_MSGS)
+        res = mem.retrieve(np.array([[0, 0, 0, -1, -1, -1]]))
+        assert to_host(res.n_candidates).tolist() == [[1, 1, 1, 2, 2, 2]] and bool(res.converged[0])
+        assert to_host(res.messages).tolist() == [[-1] * 6]  # no stored (or spurious) clique matches
+
+
+@pytest.mark.parametrize("rule", ["sum-of-max", "joint"])
+def test_search_backs_out_of_a_branch_without_clique(device, rule):
+    # Probe (0, 0, ?, ?, ?, ?): cluster 2 holds the stored message's neuron 1 and neuron 2, which is
+    # connected to the clique-free cycle of clusters 3-5 and to nothing of the stored clique.
+    # Clamping neuron 2 first leaves a non-empty state without any clique, so a search that never
+    # undoes a clamp that did not empty the state would end with nothing.
+    msgs = np.array(_cycle_messages((0, 3, 2), 3) + _links((8, 0, 2), 8) + [(0, 0, 1, 7, 7, 7)])
+    probe = np.array([[0, 0, -1, -1, -1, -1]])
+    for seed in range(12):
+        mem = GBNNMemory(rule=rule, cluster_size=10, random_state=seed, device=device).fit(msgs)
+        res = mem.retrieve(probe)
+        assert to_host(res.n_candidates).tolist() == [[1, 1, 2, 3, 3, 3]]
+        assert to_host(res.messages).tolist() == [[0, 0, 1, 7, 7, 7]], seed
 
 
 # --------------------------------------------------------------------------- retrieval
@@ -399,6 +460,37 @@ def test_cpu_gpu_parity_odd_shapes(C, L, rng):
         assert np.array_equal(a.messages, b.messages), rule
         assert np.array_equal(a.n_candidates, b.n_candidates), rule
         assert np.array_equal(a.n_iter, b.n_iter), rule
+
+
+@pytest.mark.cuda
+def test_cpu_gpu_parity_at_1024_words_per_row(rng):
+    # C * ceil(L / 32) = 1024: blocks of 1,024 threads, which need the kernel's launch bound
+    # (64 registers per thread at most)
+    C, L = 32, 1024
+    msgs = rng.integers(0, L, size=(2000, C))
+    probes = _erase(msgs[:40], 16, rng)
+    for rule in RULES:
+        cpu = GBNNMemory(device="cpu", rule=rule, random_state=2).fit(msgs)
+        gpu = GBNNMemory(device="cuda", rule=rule, random_state=2).fit(msgs)
+        a, b = cpu.retrieve(probes), gpu.retrieve(probes)
+        for name in ("messages", "n_candidates", "n_iter", "converged"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), (rule, name)
+        assert gpu.score(probes, msgs[:40]) > 0.9
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("rule", ["sum-of-max", "joint"])
+def test_cpu_gpu_identical_on_ambiguous_probes_near_capacity(rule, rng):
+    # density ~0.6: most probes are ambiguous and the clique search sometimes backs out
+    C, L, M = 8, 32, 900
+    msgs = rng.integers(0, L, size=(M, C))
+    probes = np.vstack([_erase(msgs[:400], 5, rng), _erase(rng.integers(0, L, size=(100, C)), 3, rng)])
+    cpu = GBNNMemory(device="cpu", rule=rule, random_state=4, max_iter=50).fit(msgs)
+    gpu = GBNNMemory(device="cuda", rule=rule, random_state=4, max_iter=50).fit(msgs)
+    a, b = cpu.retrieve(probes), gpu.retrieve(probes)
+    assert a.ambiguous.mean() > 0.3
+    for name in ("messages", "n_candidates", "n_iter", "converged"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
 
 
 @pytest.mark.cuda

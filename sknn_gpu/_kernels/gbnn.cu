@@ -135,7 +135,142 @@ __device__ __forceinline__ bool gbnn_commit(unsigned int* sv, const unsigned int
     return changed != 0;
 }
 
-extern "C" __global__ void gbnn_retrieve(const unsigned int* __restrict__ W, const int* __restrict__ X,
+// Active neurons per cluster of state sv into scnt[NC] (a block-wide barrier on both sides).
+__device__ __forceinline__ void gbnn_count(const unsigned int* sv, int* scnt, int w, bool own, int c)
+{
+    if (w < NC) scnt[w] = 0;
+    __syncthreads();
+    if (own) {
+        int pc = __popc(sv[w]);
+        if (pc) atomicAdd(&scnt[c], pc);
+    }
+    __syncthreads();
+}
+
+// The (r mod cnt)-th active neuron (in index order) of cluster cl of sv, which has cnt > 0 of
+// them; r = mix64(h + (cl+1)*GOLDEN) >> 32 is the cluster's tie-breaking draw (_pick_in()).
+__device__ __forceinline__ int gbnn_pick(const unsigned int* sv, int cl, int cnt, unsigned long long h)
+{
+    unsigned long long salt = (unsigned long long)(cl + 1) * GBNN_GOLDEN;
+    unsigned int r = (unsigned int)(gbnn_mix64(h + salt) >> 32);
+    unsigned int target = r % (unsigned int)cnt;
+    for (int u = 0; u < LW; ++u) {
+        unsigned int vv = sv[cl * LW + u];
+        unsigned int pc = (unsigned int)__popc(vv);
+        if (target < pc) {
+            while (target) {
+                vv &= vv - 1u;
+                --target;
+            }
+            return u * 32 + (__ffs(vv) - 1);
+        }
+        target -= pc;
+    }
+    return -1;
+}
+
+#if RULE != 0
+// Sum-of-max with gamma > 0 (active neurons only, every other cluster checked) until sv is a
+// fixed point (_fixpoint()). Callers put a barrier between their last write of sv and this.
+__device__ __forceinline__ void gbnn_fixpoint(const unsigned int* __restrict__ W, unsigned int* sv, unsigned int* sn,
+                                              const int* sx, int w, bool own)
+{
+    do {
+        if (own) sn[w] = gbnn_som_word(W, sv, sx, w, sv[w], false);
+    } while (gbnn_commit(sv, sn, w, own));
+}
+
+// Reduce the ambiguous sum-of-max fixed point s0 (== sv on entry) to one clique it contains,
+// depth-first; the same steps as _disambiguate() in _gbnn_cpu.py. Each step: when a cluster
+// is empty (the branch holds no clique), pop the last clamp (cb, xb), drop xb from the
+// candidates srem remembered for cb, rebuild sv from s0 and the clamps below, run sum-of-max
+// to its fixed point and force the next clamp into cb; with an empty stack, all neurons go
+// off. Else clamp the forced cluster or the first one with several neurons (none: done, one
+// neuron per cluster is a clique) to its (r mod count)-th neuron and run sum-of-max to its
+// fixed point. Every clique of s0 survives unless a clamp excludes it, so the search ends with
+// a clique whenever s0 holds one. Block-uniform control flow: every thread reads the same
+// shared values after a barrier. Ends with a barrier.
+__device__ __forceinline__ void gbnn_disambiguate(const unsigned int* __restrict__ W, unsigned int* sv, unsigned int* sn,
+                                  const unsigned int* s0, unsigned int* srem, int* scnt, int* sstk_c, int* sstk_x,
+                                  int* spick, const int* sx, unsigned long long h, int w, bool own, int c, int q)
+{
+    int depth = 0;
+    int force = -1;
+    while (true) {
+        gbnn_count(sv, scnt, w, own, c);
+        int collapsed = 0;
+        int amb = -1;
+        for (int c2 = 0; c2 < NC; ++c2) {
+            collapsed |= scnt[c2] == 0;
+            if (amb < 0 && scnt[c2] > 1) amb = c2;
+        }
+        __syncthreads();  // everyone has read scnt before it is reset
+        if (collapsed) {
+            if (depth == 0) {
+                if (own) sv[w] = 0u;
+                __syncthreads();
+                return;
+            }
+            --depth;
+            const int cb = sstk_c[depth];
+            const int xb = sstk_x[depth];
+            if (own) {
+                unsigned int m = s0[w];
+                if (c == cb) {
+                    m = srem[w];
+                    if ((xb >> 5) == q) m &= ~(1u << (xb & 31));
+                    srem[w] = m;
+                } else {
+                    for (int i = 0; i < depth; ++i) {
+                        if (sstk_c[i] == c) {
+                            const int xi = sstk_x[i];
+                            m = ((xi >> 5) == q) ? (1u << (xi & 31)) : 0u;
+                            break;
+                        }
+                    }
+                }
+                sv[w] = m;
+            }
+            force = cb;
+            __syncthreads();
+            gbnn_fixpoint(W, sv, sn, sx, w, own);
+            continue;
+        }
+        if (force >= 0) amb = force;
+        if (amb < 0) return;  // one neuron per cluster (the last barrier was after the count)
+        force = -1;
+        if (w == 0) {
+            int cnt = 0;
+            for (int u = 0; u < LW; ++u) cnt += __popc(sv[amb * LW + u]);
+            const int x = gbnn_pick(sv, amb, cnt, h);
+            sstk_c[depth] = amb;
+            sstk_x[depth] = x;
+            *spick = x;
+        }
+        __syncthreads();
+        if (own && c == amb) {
+            const int x = *spick;
+            srem[w] = sv[w];
+            sv[w] = ((x >> 5) == q) ? (1u << (x & 31)) : 0u;
+        }
+        ++depth;
+        __syncthreads();
+        gbnn_fixpoint(W, sv, sn, sx, w, own);
+    }
+}
+#endif
+
+// One block of GBNN_THREADS threads per probe. A block may hold 65,536 registers: up to 256
+// threads any register count fits (255 at most per thread); larger blocks get a launch bound
+// so that the compiler keeps within 65,536 / GBNN_THREADS (64 for 1,024 threads).
+#define GBNN_THREADS (((CW + 31) / 32) * 32)
+#if GBNN_THREADS > 256
+#define GBNN_RETRIEVE_BOUNDS __launch_bounds__(GBNN_THREADS, 1)
+#else
+#define GBNN_RETRIEVE_BOUNDS
+#endif
+
+extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int* __restrict__ W, const int* __restrict__ X,
                                          long long K, unsigned long long seed, double gamma,
                                          int max_iter, int* __restrict__ out_msg, int* __restrict__ out_cnt,
                                          int* __restrict__ out_iter, unsigned char* __restrict__ out_conv)
@@ -147,6 +282,12 @@ extern "C" __global__ void gbnn_retrieve(const unsigned int* __restrict__ W, con
     __shared__ unsigned long long shash;
 #if RULE == 0
     __shared__ double smax[CW];
+#else
+    __shared__ unsigned int s0[CW];    // the rule's final state (n_candidates)
+    __shared__ unsigned int srem[CW];  // candidates left in each clamped cluster
+    __shared__ int sstk_c[NC];         // clamped cluster per depth
+    __shared__ int sstk_x[NC];         // clamped neuron per depth
+    __shared__ int spick;
 #endif
     const int w = threadIdx.x;
     const bool own = w < CW;
@@ -273,13 +414,7 @@ extern "C" __global__ void gbnn_retrieve(const unsigned int* __restrict__ W, con
         t = 1;
         __syncthreads();
         while (true) {
-            if (w < NC) scnt[w] = 0;
-            __syncthreads();
-            if (own) {
-                int pc = __popc(sv[w]);
-                if (pc) atomicAdd(&scnt[c], pc);
-            }
-            __syncthreads();
+            gbnn_count(sv, scnt, w, own, c);
             int empty = 0, unresolved = 0;
             for (int c2 = 0; c2 < NC; ++c2) {
                 empty |= scnt[c2] == 0;
@@ -322,31 +457,28 @@ extern "C" __global__ void gbnn_retrieve(const unsigned int* __restrict__ W, con
             }
         }
 #endif
+#if RULE != 0
+        // ---------------- an ambiguous fixed point becomes one of its cliques ----------------
+        // (sum-of-max with gamma > 0 and joint; gamma == 0 would switch clamped-off neurons back on)
+        if (own) s0[w] = sv[w];
+        if (conv && (RULE == 2 || gamma > 0.0)) {
+            __syncthreads();
+            gbnn_disambiguate(W, sv, sn, s0, srem, scnt, sstk_c, sstk_x, &spick, sx, shash, w, own, c, q);
+        }
+        __syncthreads();
+#endif
         // ---------------- pick one survivor per cluster, (rnd mod count)-th in order ----------------
         if (w < NC) {
             int cnt = 0;
             for (int u = 0; u < LW; ++u) cnt += __popc(sv[w * LW + u]);
-            int sym = -1;
-            if (cnt > 0) {
-                unsigned long long salt = (unsigned long long)(w + 1) * GBNN_GOLDEN;
-                unsigned int r = (unsigned int)(gbnn_mix64(shash + salt) >> 32);
-                unsigned int target = r % (unsigned int)cnt;
-                for (int u = 0; u < LW; ++u) {
-                    unsigned int vv = sv[w * LW + u];
-                    unsigned int pc = (unsigned int)__popc(vv);
-                    if (target < pc) {
-                        while (target) {
-                            vv &= vv - 1u;
-                            --target;
-                        }
-                        sym = u * 32 + (__ffs(vv) - 1);
-                        break;
-                    }
-                    target -= pc;
-                }
-            }
-            out_msg[k * NC + w] = sym;
-            out_cnt[k * NC + w] = cnt;
+#if RULE != 0
+            int cnt0 = 0;  // n_candidates: the rule's final state, before disambiguation
+            for (int u = 0; u < LW; ++u) cnt0 += __popc(s0[w * LW + u]);
+#else
+            const int cnt0 = cnt;
+#endif
+            out_msg[k * NC + w] = cnt > 0 ? gbnn_pick(sv, w, cnt, shash) : -1;
+            out_cnt[k * NC + w] = cnt0;
         }
         if (w == 0) {
             out_iter[k] = t;

@@ -164,8 +164,9 @@ class RetrievalResult:
         Completed messages (the output of ``predict``). A cluster left without any
         active neuron is ``-1``.
     n_candidates : ndarray of shape (n_probes, n_clusters), int32
-        Number of neurons still active per cluster in the final state; a value above
-        1 means the symbol was picked among several equally supported ones.
+        Number of neurons still active per cluster in the rule's final state; a value
+        above 1 means the symbol was picked among several equally supported ones (for
+        sum-of-max with ``gamma > 0`` and joint, as one clique of that state).
     converged : ndarray of shape (n_probes,), bool
         True when the probe reached a fixed point within ``max_iter`` iterations.
     n_iter : ndarray of shape (n_probes,), int32
@@ -226,10 +227,10 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         Maximum number of iterations per probe (the joint rule's first step counts
         as one).
     random_state : int, RandomState instance or None, default=None
-        Seeds the choice among several neurons left active in a cluster (drawn in
-        ``fit``). The choice is a deterministic function of this seed and the probe's
-        content, so it is the same on both devices and for any order or batching of
-        the probes.
+        Seeds the choice among several neurons left active in a cluster, or among
+        several cliques (drawn in ``fit``). The choice is a deterministic function of
+        this seed and the probe's content, so it is the same on both devices and for
+        any order or batching of the probes.
     device : {'auto', 'cpu', 'cuda'}, default='auto'
         Where ``W`` lives and retrieval runs. ``'auto'`` picks CUDA when usable (and
         the configuration fits the GPU kernels, see ``MAX_GPU_ROW_WORDS``).
@@ -511,9 +512,11 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         Returns
         -------
         messages : ndarray of shape (n_probes, n_clusters), int32
-            One symbol per cluster; when several neurons remain active one of them
-            is picked (see ``random_state``); ``-1`` where none remains (the probe is
-            not explained by any stored clique).
+            One symbol per cluster; ``-1`` everywhere when no stored clique explains
+            the probe. When several neurons remain active in some cluster, sum-of-max
+            (``gamma > 0``) and joint return one clique among them (a stored message
+            when one matches; see the user guide), sum-of-sum picks per cluster; the
+            choice is seeded by ``random_state``.
         """
         return self.retrieve(X).messages
 

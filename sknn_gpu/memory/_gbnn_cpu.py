@@ -254,6 +254,19 @@ def _som_update(W3, V, cand, check, L):
     return _pack(out).reshape(k, C, Lw)
 
 
+def _fixpoint(W3, V, ids, L):
+    """Run sum-of-max (``gamma > 0``: active neurons only) on the states ``V[ids]`` until
+    each is a fixed point, in place."""
+    C = V.shape[1]
+    run = np.asarray(ids)
+    while run.size:
+        Vr = V[run]
+        Vn = _som_update(W3, Vr, Vr, np.ones((run.size, C), dtype=bool), L)
+        same = (Vn == Vr).all(axis=(1, 2))
+        V[run] = Vn
+        run = run[~same]
+
+
 def _pick_in(V, rnd, L):
     """Per row of ``V`` (k, Lw) (one cluster each): the (rnd mod count)-th active neuron, -1 if none."""
     bits = _unpack(V)
@@ -271,6 +284,67 @@ def _pick(V, rnd, L):
     k, C, Lw = V.shape
     sym, cnt = _pick_in(V.reshape(k * C, Lw), rnd.reshape(-1), L)
     return sym.reshape(k, C), cnt.reshape(k, C)
+
+
+def _disambiguate(W3, V, rnd, ids, L):
+    """Replace each ambiguous fixed point ``V[ids]`` by one clique it contains (in place).
+
+    Depth-first search, the same steps as ``gbnn_disambiguate`` in ``_kernels/gbnn.cu``.
+    A step: when some cluster is empty (the current branch holds no clique), pop the last
+    clamp ``(c, x)``, drop ``x`` from the candidates remembered for ``c``, rebuild the state
+    from the initial fixed point and the remaining clamps, run sum-of-max to its fixed point,
+    and force the next clamp into ``c``; with an empty stack, every neuron goes off. Else the
+    next clamp goes into the forced cluster, or the first cluster with several neurons (none:
+    done, one neuron per cluster is a clique): remember its neurons, keep only the
+    (rnd mod count)-th of them and run sum-of-max to its fixed point. Every clique of the
+    initial state survives the sum-of-max iterations unless a clamp excludes it, so the
+    search ends with a clique whenever the initial state holds one.
+    """
+    C, Lw = V.shape[1:]
+    ids = np.asarray(ids)
+    S0 = V[ids].copy()  # the fixed points to disambiguate (compact rows)
+    S = S0.copy()
+    rem = np.zeros_like(S0)  # candidates left per clamped cluster
+    stk_c = np.zeros((ids.size, C), dtype=np.int64)
+    stk_x = np.zeros((ids.size, C), dtype=np.int64)
+    depth = np.zeros(ids.size, dtype=np.int64)
+    force = np.full(ids.size, -1, dtype=np.int64)
+    rnd = rnd[ids]
+    act = np.arange(ids.size)
+    while act.size:
+        cnt = _cluster_counts(S[act])
+        collapsed = (cnt == 0).any(axis=1)
+        several = cnt > 1
+        # ---- backtrack (current branch holds no clique)
+        bt = act[collapsed & (depth[act] > 0)]
+        S[act[collapsed & (depth[act] == 0)]] = 0
+        if bt.size:
+            depth[bt] -= 1
+            d = depth[bt]
+            cb, xb = stk_c[bt, d], stk_x[bt, d]
+            rem[bt, cb] &= ~_one_hot(xb, Lw)
+            S[bt] = S0[bt]
+            for i in range(int(d.max())):
+                sel = np.nonzero(d > i)[0]
+                S[bt[sel], stk_c[bt[sel], i]] = _one_hot(stk_x[bt[sel], i], Lw)
+            S[bt, cb] = rem[bt, cb]
+            force[bt] = cb
+        # ---- clamp one neuron of the forced or the first ambiguous cluster
+        go = ~collapsed & ((force[act] >= 0) | several.any(axis=1))
+        pu = act[go]
+        if pu.size:
+            cl = np.where(force[pu] >= 0, force[pu], np.argmax(several[go], axis=1))
+            x, _ = _pick_in(S[pu, cl], rnd[pu, cl], L)
+            rem[pu, cl] = S[pu, cl]
+            stk_c[pu, depth[pu]] = cl
+            stk_x[pu, depth[pu]] = x
+            depth[pu] += 1
+            force[pu] = -1
+            S[pu, cl] = _one_hot(x, Lw)
+        step = np.concatenate([bt, pu])
+        _fixpoint(W3, S, step, L)
+        act = np.sort(step)
+    V[ids] = S
 
 
 # ----------------------------------------------------------------------------------
@@ -372,12 +446,17 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L):
     -------
     messages, n_candidates, n_iter, converged : ndarrays
         ``(K, C)`` int32, ``(K, C)`` int32, ``(K,)`` int32, ``(K,)`` bool.
+        ``n_candidates`` counts the neurons of the rule's final state; for sum-of-max
+        (``gamma > 0``) and joint, a converged probe with several neurons in some cluster
+        is then reduced to one clique of that state (:func:`_disambiguate`), from which
+        ``messages`` are read.
     """
     X = np.asarray(X, dtype=np.int64)
     W = np.asarray(W)
     K, C = X.shape
     rnd = _tie_keys(X, seed)
     step = max(1, CHUNK_ELEMENTS // (C * 32 * _n_words(L)))
+    clique_pick = rule == "joint" or (rule == "sum-of-max" and gamma > 0)
     msgs = np.empty((K, C), dtype=np.int32)
     cnts = np.empty((K, C), dtype=np.int32)
     iters = np.empty(K, dtype=np.int32)
@@ -385,6 +464,10 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L):
     for s in range(0, K, step):
         sl = slice(s, s + step)
         V, it, cv = _retrieve_chunk(W, X[sl], rule, gamma, max_iter, L)
-        msgs[sl], cnts[sl] = _pick(V, rnd[sl], L)
+        cnts[sl] = _cluster_counts(V)
+        if clique_pick:
+            todo = np.nonzero(cv & (cnts[sl] > 1).any(axis=1))[0]
+            _disambiguate(W.reshape(-1, C, V.shape[2]), V, rnd[sl], todo, L)
+        msgs[sl] = _pick(V, rnd[sl], L)[0]
         iters[sl], convs[sl] = it, cv
     return msgs, cnts, iters, convs
