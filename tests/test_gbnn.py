@@ -207,6 +207,118 @@ def test_completes_stored_messages(device, rule, rng):
     assert mem.score(msgs, msgs) == 1.0  # an intact stored message is a fixed point
 
 
+# --------------------------------------------------------------------------- the paper's equations, literally
+def _literal_adjacency(msgs, C, L):
+    """w[(c, l), (c2, l2)] of eq. 1, straight from the stored messages (4-D, bool)."""
+    w = np.zeros((C, L, C, L), dtype=bool)
+    for m in msgs:
+        for c in range(C):
+            for c2 in range(C):
+                if c != c2:
+                    w[c, m[c], c2, m[c2]] = True
+    return w
+
+
+def _literal_retrieve(w, probe, rule, gamma, max_iter):
+    """Eqs. 3-5 (sum-of-sum) or 6-7 (sum-of-max) as printed, one probe: (v (C, L), t, converged)."""
+    C, L = w.shape[:2]
+    v = np.zeros((C, L), dtype=bool)
+    for c in range(C):
+        if probe[c] >= 0:
+            v[c, probe[c]] = True
+        elif rule == "sum-of-max":
+            v[c, :] = True  # sum-of-max starts with the erased clusters all on
+    for t in range(1, max_iter + 1):
+        new = _literal_step(w, v, rule, gamma)
+        if (new == v).all():
+            return v, t, True
+        v = new
+    return v, max_iter, False
+
+
+def _literal_step(w, v, rule, gamma):
+    C = w.shape[0]
+    signal = v[:, :, None, None] & w  # v_{c'l'} w_{(c'l')(cl)}, indexed [c', l', c, l]
+    if rule == "sum-of-sum":
+        s = gamma * v + signal.sum(axis=(0, 1))  # eq. 3
+        return s == s.max(axis=1, keepdims=True)  # eqs. 4-5
+    s = gamma * v + signal.any(axis=1).sum(axis=0)  # eq. 6: sum over c' of max over l'
+    return s == gamma + (C - 1)  # eq. 7
+
+
+@pytest.mark.parametrize("rule, gamma", [("sum-of-max", 1.0), ("sum-of-max", 0.5), ("sum-of-max", 0.0)])
+@pytest.mark.parametrize("C, L, M", [(4, 6, 12), (5, 8, 40), (3, 3, 4)])
+def test_sum_of_max_is_eqs_6_7(rule, gamma, C, L, M, rng):
+    _compare_with_literal(rule, gamma, C, L, M, rng)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 1.0, 2.5])
+def test_sum_of_sum_is_eqs_3_5(gamma, rng):
+    _compare_with_literal("sum-of-sum", gamma, 5, 8, 40, rng)
+
+
+def _compare_with_literal(rule, gamma, C, L, M, rng):
+    msgs = rng.integers(0, L, size=(M, C))
+    probes = np.vstack([_erase(msgs[: 2 * C], e, rng) for e in range(1, C + 1)])
+    probes = np.vstack([probes, _erase(rng.integers(0, L, size=(10, C)), 1, rng)])  # unexplained ones
+    w = _literal_adjacency(msgs, C, L)
+    mem = GBNNMemory(rule=rule, gamma=gamma, max_iter=12, cluster_size=L, device="cpu").fit(msgs)
+    assert np.array_equal(_dense_adjacency(mem).reshape(C, L, C, L), w)
+    res = mem.retrieve(probes)
+    # the packed state itself, from the CPU engine's rule loop
+    V, n_iter, conv = _gbnn_cpu._retrieve_chunk(mem.W_, probes, rule, gamma, 12, L)
+    state = _unpack(V.reshape(len(probes), -1)).reshape(len(probes), C, -1)[:, :, :L].astype(bool)
+    for k, p in enumerate(probes):
+        v, t, ok = _literal_retrieve(w, p, rule, gamma, 12)
+        assert np.array_equal(state[k], v), k
+        assert (res.n_iter[k], res.converged[k]) == (t, ok) == (n_iter[k], conv[k]), k
+        assert res.n_candidates[k].tolist() == v.sum(axis=1).tolist(), k
+        if (v.sum(axis=1) == 1).all():
+            assert res.messages[k].tolist() == v.argmax(axis=1).tolist(), k
+
+
+def _literal_algorithm_2(w, probe, max_iter):
+    """Algorithm 2 as printed: one sum-of-sum step keeps the erased-cluster neurons with C - e
+    signals, then BAIL-OUT-EARLY updates the neurons of erased clusters only, until they stop
+    changing (line 13 checks erased clusters only)."""
+    C, L = w.shape[:2]
+    known = probe >= 0
+    v = np.zeros((C, L), dtype=bool)
+    v[known, probe[known]] = True
+    s0 = (v[:, :, None, None] & w).sum(axis=(0, 1))
+    v[~known] = s0[~known] == known.sum()
+    for _ in range(max_iter):
+        ok = (v[:, :, None, None] & w).any(axis=1)  # [c', c, l]: a signal from cluster c'
+        ok[np.arange(C), np.arange(C)] = True  # own cluster: the self loop
+        new = v & ok.all(axis=0)
+        new[known] = v[known]
+        if (new == v).all():
+            break
+        v = new
+    return v
+
+
+def test_joint_differs_from_algorithm_2_as_printed_only_by_its_final_check(rng):
+    # Our joint rule ends with one full BAIL-OUT-EARLY pass (known clusters too), so it equals
+    # sum-of-max; Algorithm 2 as printed never checks the known neurons, so a probe whose known
+    # symbols are not all connected keeps them and completes the erased ones.
+    C, L, M = 6, 8, 60
+    msgs = rng.integers(0, L, size=(M, C))
+    probes = np.vstack([_erase(msgs[:30], 3, rng), _erase(rng.integers(0, L, size=(30, C)), 2, rng)])
+    w = _literal_adjacency(msgs, C, L)
+    joint = GBNNMemory(rule="joint", cluster_size=L, max_iter=50, device="cpu").fit(msgs).retrieve(probes)
+    n_differ = 0
+    for k, p in enumerate(probes):
+        printed = _literal_algorithm_2(w, p, 50)
+        som, _, _ = _literal_retrieve(w, p, "sum-of-max", 1.0, 50)
+        assert joint.n_candidates[k].tolist() == som.sum(axis=1).tolist(), k  # ours == eqs. 6-7
+        if not np.array_equal(printed, som):
+            n_differ += 1
+            # where they differ, the printed algorithm stopped at a state that eq. 7 would change
+            assert not np.array_equal(_literal_step(w, printed, "sum-of-max", 1.0), printed), k
+    assert n_differ >= 5  # the foreign probes
+
+
 def test_joint_equals_sum_of_max_probe_by_probe_near_capacity(rng):
     C, L, M = 8, 32, 700  # density ~0.5: many spurious candidates and ambiguous probes
     msgs = rng.integers(0, L, size=(M, C))
