@@ -372,6 +372,32 @@ def test_prediction_invariant_to_probe_order_and_batching(rng):
     assert np.array_equal(mem.predict(probes[:17]), full[:17])
 
 
+@pytest.mark.parametrize("rule", RULES)
+def test_serial_decoding_gives_the_parallel_results(device, rule, rng):
+    C, L = 6, 16
+    msgs = rng.integers(0, L, size=(120, C))  # dense: ties and ambiguous probes
+    probes = np.vstack([_erase(msgs[:40], 3, rng), _erase(rng.integers(0, L, size=(10, C)), 2, rng)])
+    mem = GBNNMemory(device=device, rule=rule, random_state=1).fit(msgs)
+    a, b = mem.retrieve(probes), mem.retrieve(probes, decoding="serial")
+    for name in ("messages", "n_candidates", "n_iter", "converged"):
+        assert np.array_equal(to_host(getattr(a, name)), to_host(getattr(b, name))), name
+    assert a.ambiguous.any()
+
+
+def test_converged_per_iter_accumulates_fig_13b(rng):
+    C, L = 8, 64
+    msgs = rng.integers(0, L, size=(600, C))
+    probes = np.vstack([_erase(msgs[:300], e, rng) for e in (2, 4, 6)])
+    res = GBNNMemory(device="cpu", rule="sum-of-max", max_iter=20).fit(msgs).retrieve(probes)
+    acc = res.converged_per_iter
+    assert len(acc) == res.n_iter.max() and len(set(res.n_iter.tolist())) > 2
+    for t in range(1, len(acc) + 1):
+        assert acc[t - 1] == np.sum(res.converged & (res.n_iter <= t))
+    assert acc[-1] == res.converged.sum() and (np.diff(acc) >= 0).all()
+    osc = GBNNMemory(device="cpu", rule="sum-of-sum", max_iter=5).fit(PAPER_MSGS).retrieve(PAPER_PROBE)
+    assert osc.converged_per_iter.tolist() == [0, 0, 0, 0, 0]  # the oscillating probe never converges
+
+
 def test_unexplained_probe_gives_minus_one(device):
     msgs = np.array([[0, 0, 0], [1, 1, 1]])
     mem = GBNNMemory(device=device, rule="joint").fit(msgs)

@@ -183,6 +183,18 @@ class RetrievalResult:
         """Per probe, True when some cluster ended with more than one candidate."""
         return (self.n_candidates > 1).any(axis=1)
 
+    @property
+    def converged_per_iter(self):
+        """Accumulated number of converged probes after each iteration (the paper's Fig. 13b).
+
+        Entry ``t - 1`` counts the probes that reached their fixed point within ``t``
+        iterations; the length is ``n_iter.max()``. Derived from ``converged`` and
+        ``n_iter`` (same array type).
+        """
+        xp = array_module(self.n_iter)
+        counts = xp.bincount(self.n_iter[self.converged], minlength=int(self.n_iter.max()) + 1)
+        return xp.cumsum(counts[1:])
+
 
 # ----------------------------------------------------------------------------------
 # Estimator
@@ -471,22 +483,31 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         return self
 
     # ------------------------------------------------------------------ retrieval
-    def retrieve(self, X):
+    def retrieve(self, X, *, decoding="parallel"):
         """Complete the erased symbols of every probe and report how sure it is.
 
         Parameters
         ----------
         X : array-like of shape (n_probes, n_clusters)
             Probes: integer symbols in ``[0, cluster_size_)``, ``-1`` for erased.
+        decoding : {'parallel', 'serial'}, default='parallel'
+            ``'parallel'`` decodes the probes together (the paper's eq. 11: a chunk of
+            probes per NumPy step on the CPU, all probes in one kernel launch on the
+            GPU); ``'serial'`` decodes one probe after the other (eq. 10: one NumPy pass
+            or one launch per probe), the paper's other configuration of Fig. 11. The
+            results are the same; only the time differs.
 
         Returns
         -------
         result : RetrievalResult
             ``messages`` (what :meth:`predict` returns), ``n_candidates`` (neurons
-            left active per cluster), ``converged`` and ``n_iter`` per probe. Arrays
+            left active per cluster), ``converged`` and ``n_iter`` per probe, and
+            ``converged_per_iter`` (converged probes after each iteration). Arrays
             are NumPy for NumPy input and CuPy for CuPy input.
         """
         check_is_fitted(self, "W_")
+        if decoding not in ("parallel", "serial"):
+            raise ValueError(f"decoding must be 'parallel' or 'serial', got {decoding!r}.")
         Xc, _ = self._check_symbols(X, reset=False, allow_erased=True)
         self._check_size(Xc.shape[0], "retrieve", self.n_clusters_, self.cluster_size_, self.device_)
         out = _engine(self.device_).retrieve(
@@ -497,6 +518,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             float(self.gamma),
             int(self.max_iter),
             self.cluster_size_,
+            serial=decoding == "serial",
         )
         msgs, cnts, iters, convs = same_type_as_input(list(out), X)
         return RetrievalResult(messages=msgs, n_candidates=cnts, converged=convs, n_iter=iters)

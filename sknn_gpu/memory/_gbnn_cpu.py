@@ -425,7 +425,7 @@ def _retrieve_chunk(W, X, rule, gamma, max_iter, L):
     return V, n_iter, conv
 
 
-def retrieve(W, X, seed, rule, gamma, max_iter, L):
+def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
     """Complete the probes ``X`` (K, C) (``-1`` = erased) with ``rule``.
 
     Parameters
@@ -441,6 +441,9 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L):
     max_iter : int
     L : int
         Neurons per cluster.
+    serial : bool, default=False
+        Decode one probe after the other (the paper's serial decoding, eq. 10) instead
+        of a chunk of probes at a time (parallel decoding, eq. 11). Same results.
 
     Returns
     -------
@@ -455,7 +458,7 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L):
     W = np.asarray(W)
     K, C = X.shape
     rnd = _tie_keys(X, seed)
-    step = max(1, CHUNK_ELEMENTS // (C * 32 * _n_words(L)))
+    step = 1 if serial else max(1, CHUNK_ELEMENTS // (C * 32 * _n_words(L)))
     clique_pick = rule == "joint" or (rule == "sum-of-max" and gamma > 0)
     msgs = np.empty((K, C), dtype=np.int32)
     cnts = np.empty((K, C), dtype=np.int32)

@@ -65,12 +65,13 @@ def count_edges(W, C, L):
     return int(out.get()[0])
 
 
-def retrieve(W, X, seed, rule, gamma, max_iter, L):
+def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
     """Complete the probes ``X`` (K, C) (``-1`` = erased) with ``rule``; see the CPU engine.
 
-    One thread block per probe, all probes in one launch. The kernel computes the
-    tie-breaking hash itself (the same integer steps as the CPU engine's ``_tie_keys``).
-    Returns CuPy arrays.
+    One thread block per probe, all probes in one launch (``serial=False``, the paper's
+    parallel decoding), or one launch per probe (``serial=True``, its serial decoding).
+    The kernel computes the tie-breaking hash itself (the same integer steps as the CPU
+    engine's ``_tie_keys``). Returns CuPy arrays.
     """
     cp = get_cupy()
     X = cp.ascontiguousarray(X, dtype=cp.int32)
@@ -83,10 +84,12 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L):
     iters = cp.empty(K, dtype=cp.int32)
     convs = cp.empty(K, dtype=cp.uint8)
     threads = ((d["CW"] + 31) // 32) * 32
-    grid = int(min(K, 2**31 - 1))
-    kern(
-        (grid,),
-        (threads,),
-        (W, X, np.int64(K), np.uint64(seed), np.float64(gamma), np.int32(max_iter), msgs, cnts, iters, convs),
-    )
+    tail = (np.uint64(seed), np.float64(gamma), np.int32(max_iter))
+    if serial:
+        for k in range(K):
+            r = slice(k, k + 1)
+            kern((1,), (threads,), (W, X[r], np.int64(1), *tail, msgs[r], cnts[r], iters[r], convs[r]))
+    else:
+        grid = int(min(K, 2**31 - 1))
+        kern((grid,), (threads,), (W, X, np.int64(K), *tail, msgs, cnts, iters, convs))
     return msgs, cnts, iters, convs.astype(cp.bool_)
