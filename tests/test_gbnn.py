@@ -632,6 +632,31 @@ def test_cpu_gpu_identical_on_ambiguous_probes_near_capacity(rule, rng):
 
 
 @pytest.mark.cuda
+def test_cupy_input_is_validated_and_kept_on_the_gpu(monkeypatch, rng):
+    import cupy
+
+    from sknn_gpu import _backend
+    from sknn_gpu.memory import _gbnn
+
+    msgs = rng.integers(0, 32, size=(200, 6))
+    probes = _erase(msgs, 2, rng)
+
+    def no_host_copy(x):
+        raise AssertionError("CuPy input was copied to the host")
+
+    monkeypatch.setattr(_backend, "to_host", no_host_copy)
+    monkeypatch.setattr(_gbnn, "to_host", no_host_copy)
+    mem = GBNNMemory(device="cuda", random_state=0).fit(cupy.asarray(msgs))
+    res = mem.retrieve(cupy.asarray(probes))
+    with pytest.raises(ValueError, match="cluster_size_ is 32"):
+        mem.predict(cupy.asarray(probes) + 40)
+    monkeypatch.undo()
+    assert isinstance(res.messages, cupy.ndarray) and isinstance(res.converged, cupy.ndarray)
+    cpu = GBNNMemory(device="cpu", random_state=0).fit(msgs).retrieve(probes)
+    assert np.array_equal(res.messages.get(), cpu.messages)
+
+
+@pytest.mark.cuda
 def test_gpu_partial_fit_and_pickle(rng):
     msgs = rng.integers(0, 64, size=(500, 8))
     gpu = GBNNMemory(device="cuda", cluster_size=64, random_state=0)
