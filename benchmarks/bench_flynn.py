@@ -82,7 +82,7 @@ def run_case(name, X_train, X_test, y_train, y_test, params, gpu, quick):
         m = ref.n_components_
 
         def codes(X):
-            w = ref._winners(X)
+            w = np.concatenate([w for _, w in ref._batch_winners(X)])  # the model's own codes
             dense = np.zeros((X.shape[0], m), dtype=bool)
             np.put_along_axis(dense, np.asarray(w, dtype=np.int64), True, axis=1)
             return np.packbits(dense, axis=1)

@@ -360,3 +360,53 @@ def test_cuda_sparse_input_and_pickle(rng):
     np.testing.assert_array_equal(gpu.transform(csp.csr_matrix(cupy.asarray(X))).get(), dense.get())
     back = pickle.loads(pickle.dumps(gpu))
     np.testing.assert_array_equal(back.transform(X), dense.get())
+
+
+# ----------------------------------------------------- issue 15: limits and magnitudes
+def test_oversize_projection_refused_before_allocating(monkeypatch):
+    """FlyHashTransformer(n_components=10**9).fit(zeros((1, 64))) is refused by the estimate, not by NumPy."""
+    import time
+    import tracemalloc
+
+    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 32 * 2**30)  # a 32 GiB box
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(
+            InsufficientMemoryError,
+            match=r"n_components=1000000000 units x n_connections=6 inputs \(64 features\).* needs "
+            r"\d+ bytes \(\d+\.\d GiB\) on cpu, but only 34359738368 bytes \(32\.0 GiB\) are free",
+        ):
+            FlyHashTransformer(n_components=10**9).fit(np.zeros((1, 64)))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"{peak} bytes were allocated before the refusal"
+    assert time.perf_counter() - t0 < 5
+
+
+def test_oversize_projection_refused_on_any_machine():
+    # 10**12 units: terabytes whatever the machine (NumPy itself would say "Unable to allocate")
+    with pytest.raises(InsufficientMemoryError, match=r"n_components=1000000000000 units.* needs \d+ bytes"):
+        FlyHashTransformer(n_components=10**12, device="cpu").fit(np.zeros((1, 64)))
+
+
+@pytest.mark.parametrize("output", ["sparse", "dense", "packed"])
+def test_transform_refused_before_allocating_for_every_output(monkeypatch, rng, device, output):
+    X = rng.random((40, 6))
+    fh = FlyHashTransformer(k=3, random_state=0, device=device, output=output).fit(X)
+    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 1000)
+    with pytest.raises(
+        InsufficientMemoryError, match=rf"transform of 40 samples into 120 units \(output='{output}'\) needs"
+    ):
+        fh.transform(X)
+
+
+def test_input_below_float32_normals_is_refused(rng, device):
+    X = rng.random((6, 8)) + 0.5
+    fh = FlyHashTransformer(k=4, random_state=0, device=device).fit(X)
+    with pytest.raises(ValueError, match=r"at most .* below float32's smallest normal .* rescale X"):
+        fh.transform(X * 1e-300)
+    # a row of zeros among normal rows is fine: the check is about the whole input's scale
+    X[0] = 0.0
+    assert np.all(np.diff(to_host(fh.transform(X)).indptr) == 4)

@@ -443,12 +443,17 @@ def test_row_normalize_bit_identical(rng):
     for dtype in (np.float32, np.float64):
         X = (rng.normal(size=(300, 77)) * rng.uniform(0.1, 100, size=(300, 1))).astype(dtype)
         X[5] = 2.5  # a constant row: centred to zeros
+        if dtype == np.float64:  # rows whose squares overflow, underflow, and a subnormal row
+            X[6] *= 1e155
+            X[7] *= 1e-300
+            X[8] *= 1e-310
         cpu = _flynn_cpu.row_normalize(X)
         gpu = cp.asnumpy(engine("cuda").row_normalize(cp.asarray(X)))
         assert gpu.dtype == dtype
         assert np.array_equal(cpu, gpu)
         assert np.all(cpu[5] == 0)
-        assert np.allclose(np.linalg.norm(cpu[[0, 1, 2]].astype(np.float64), axis=1), 1.0, atol=1e-5)
+        norms = np.linalg.norm(cpu[[0, 1, 2, 6, 7, 8]].astype(np.float64), axis=1)
+        assert np.allclose(norms, 1.0, atol=1e-5)
 
 
 @pytest.mark.cuda
@@ -527,3 +532,174 @@ def test_gpu_predict_fused_and_batched_equals_cpu(rng, n_classes):
         cpu.partial_fit(Xt[:50], ref[::-1][:50])
         gpu.partial_fit(Xt[:50], ref[::-1][:50])
         assert np.array_equal(gpu.predict(Xt), cpu.predict(Xt))
+
+
+# --------------------------------------------------------------------------- #
+# issue 15: limits, magnitudes, labels, federated shards, failed fits           #
+# --------------------------------------------------------------------------- #
+
+
+def test_oversize_model_refused_before_allocating(monkeypatch):
+    import tracemalloc
+
+    from sknn_gpu._backend import InsufficientMemoryError
+
+    X, y = np.zeros((2, 64)), np.array([0, 1])
+    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 32 * 2**30)  # a 32 GiB box
+    tracemalloc.start()
+    try:
+        with pytest.raises(
+            InsufficientMemoryError,
+            match=r"FlyNNClassifier\.fit of 2 samples x 64 features with n_components=1000000000 cells.* "
+            r"needs \d+ bytes .* but only 34359738368 bytes \(32\.0 GiB\) are free",
+        ):
+            FlyNNClassifier(n_components=10**9).fit(X, y)
+        with pytest.raises(InsufficientMemoryError, match=r"FlyNNClassifier\.partial_fit of 2 samples"):
+            FlyNNClassifier(n_components=10**9).partial_fit(X, y, classes=[0, 1])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2**20, f"{peak} bytes were allocated before the refusal"
+    monkeypatch.undo()
+    with pytest.raises(InsufficientMemoryError, match=r"n_components=1000000000000 cells"):
+        FlyNNClassifier(n_components=10**12, device="cpu").fit(X, y)
+
+
+def test_prediction_refused_before_allocating(monkeypatch, device, rng):
+    from sknn_gpu._backend import InsufficientMemoryError
+
+    X, y = _blobs(rng, n=50)
+    clf = FlyNNClassifier(k=8, random_state=0, device=device).fit(X, y)
+    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 1000)
+    for method, stage in (("predict", "predict"), ("predict_proba", "novelty"), ("novelty", "novelty")):
+        with pytest.raises(InsufficientMemoryError, match=rf"FlyNNClassifier\.{stage} of 50 samples x 12"):
+            getattr(clf, method)(X)
+    with pytest.raises(InsufficientMemoryError, match=r"FlyNNClassifier\.partial_fit of 50 samples"):
+        clf.partial_fit(X, y)
+
+
+@pytest.mark.parametrize("scale", [1e155, 1e-300, 2.0**600, 1e300, 1e-310])
+def test_normalize_is_scale_robust(device, digits, scale):
+    """X * 1e155 used to overflow the squared norm (one class for every row), X * 1e-300 to underflow."""
+    X_train, X_test, y_train, _ = digits
+    X_train, X_test, y_train = X_train[:600], X_test[:200], y_train[:600]
+    ref = FlyNNClassifier(random_state=0, device="cpu").fit(X_train, y_train)
+    clf = FlyNNClassifier(random_state=0, device=device).fit(_on_device(X_train * scale, device), y_train)
+    assert np.array_equal(to_host(clf.counts_), ref.counts_)
+    pred = to_host(clf.predict(_on_device(X_test * scale, device)))
+    assert len(np.unique(pred)) == 10
+    assert np.array_equal(pred, ref.predict(X_test))
+    # the normalised rows themselves do not change under an exact power-of-two scaling
+    Z = to_host(engine(device).row_normalize(_on_device(X_train * 2.0**-900, device)))
+    assert np.array_equal(Z, _flynn_cpu.row_normalize(X_train))
+
+
+def _on_device(X, device):
+    from sknn_gpu._backend import to_device
+
+    return to_device(X, device)
+
+
+@pytest.mark.parametrize("scale, fragment", [(1e155, "overflow"), (1e-300, "smallest normal")])
+def test_raw_inputs_out_of_float32_range_are_refused(device, rng, scale, fragment):
+    X, y = _blobs(rng)
+    with pytest.raises(ValueError, match=rf"{fragment}.*use normalize=True"):
+        FlyNNClassifier(normalize=False, random_state=0, device=device).fit(np.abs(X) * scale, y)
+    clf = FlyNNClassifier(normalize=False, random_state=0, device=device).fit(X, y)
+    with pytest.raises(ValueError, match=rf"{fragment}.*use normalize=True"):
+        clf.predict(np.abs(X) * scale)
+
+
+@pytest.mark.parametrize(
+    "y",
+    [[1, "a"] * 10, np.array([2, "b"] * 10, dtype=object), np.array([0.5, "x"] * 10, dtype=object)],
+    ids=["list", "object", "float-object"],
+)
+def test_mixed_string_and_numeric_labels_are_refused(rng, y):
+    X = rng.normal(size=(20, 4))
+    with pytest.raises(TypeError, match=r"y mixes string and numeric class labels \(e\.g\. '.+' and .+\)"):
+        FlyNNClassifier(device="cpu").fit(X, y)
+    with pytest.raises(TypeError, match="classes mixes string and numeric"):
+        FlyNNClassifier(device="cpu").partial_fit(X, np.zeros(20, int), classes=np.array([0, "a"], object))
+    # one type per call is fine, and a list of strings keeps NumPy's string dtype
+    clf = FlyNNClassifier(k=4, random_state=0, device="cpu").fit(X, ["a", "b"] * 10)
+    assert clf.classes_.dtype.kind == "U" and list(clf.classes_) == ["a", "b"]
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_merge_refuses_numeric_and_string_labels(rng, order):
+    X, y = _blobs(rng, n_classes=2)
+    parties = [
+        FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X, y),
+        FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X, np.where(y == 1, "b", "a")),
+    ]
+    kinds = ["numeric", "string"]
+    a, b = order
+    with pytest.raises(
+        TypeError,
+        match=rf"models\[0\] has {kinds[a]} class labels .* but models\[1\] has {kinds[b]} ones",
+    ):
+        merge_flynn([parties[a], parties[b]])
+
+
+@pytest.mark.parametrize("failing_call", [1, 2])
+def test_failed_fit_leaves_estimator_unfitted_and_partial_fit_unchanged(
+    monkeypatch, device, rng, failing_call
+):
+    """An error half-way (a GPU out-of-memory, say) never leaves a half-updated model."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    X, y = _blobs(rng, n=90)
+    eng = engine(device)
+    real_count, calls = eng.count, []
+
+    def failing_count(*args):
+        calls.append(1)
+        if len(calls) == failing_call:
+            raise MemoryError("simulated out-of-memory in the middle of the counts")
+        return real_count(*args)
+
+    clf = FlyNNClassifier(k=8, batch_size=30, random_state=0, device=device)
+    monkeypatch.setattr(eng, "count", failing_count)
+    with pytest.raises(MemoryError, match="simulated"):
+        clf.fit(X, y)
+    with pytest.raises(NotFittedError):
+        check_is_fitted(clf)
+    monkeypatch.setattr(eng, "count", real_count)
+    clf.partial_fit(X[:45], y[:45], classes=np.unique(y))
+    before = to_host(clf.counts_).copy(), to_host(clf.filters_).copy(), to_host(clf.predict(X))
+    calls.clear()
+    monkeypatch.setattr(eng, "count", failing_count)
+    with pytest.raises(MemoryError, match="simulated"):
+        clf.partial_fit(X[45:], y[45:])
+    assert np.array_equal(to_host(clf.counts_), before[0])
+    assert np.array_equal(to_host(clf.filters_), before[1])
+    assert np.array_equal(to_host(clf.predict(X)), before[2])
+    monkeypatch.setattr(eng, "count", real_count)  # and it carries on as if nothing happened
+    clf.partial_fit(X[45:], y[45:])
+    assert np.array_equal(
+        to_host(clf.counts_), FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X, y).counts_
+    )
+
+
+def test_fit_federated_names_the_empty_shard(digits, dask_client):
+    from sknn_gpu.fly import fit_federated
+
+    da = pytest.importorskip("dask.array")
+    X_train, _, y_train, _ = digits
+    params = dict(k=8, random_state=0, device="cpu")
+    pairs = [(X_train[:100], y_train[:100]), (X_train[:0], y_train[:0]), (X_train[100:200], y_train[100:200])]
+    with pytest.raises(ValueError, match=r"shard 1 is empty \(0 samples\)"):
+        fit_federated(dask_client, pairs, **params)
+    futures = dask_client.scatter(pairs[::-1])  # the empty pair is still shard 1, now on a worker
+    with pytest.raises(ValueError, match=r"shard 1 is empty \(0 samples\)"):
+        fit_federated(dask_client, futures, **params)
+    dX = da.from_array(X_train[:200], chunks=((100, 0, 100), (64,)))
+    dy = da.from_array(y_train[:200], chunks=((100, 0, 100),))
+    with pytest.raises(ValueError, match=r"shard 1 is empty \(0 samples\)"):
+        fit_federated(dask_client, (dX, dy), **params)
+    # any other error of a party names its shard too
+    bad = [(X_train[:100], y_train[:100]), (X_train[100:200], y_train[100:200].astype(float) + 0.5)]
+    with pytest.raises(ValueError, match=r"fit_federated: shard 1: Unknown label type"):
+        fit_federated(dask_client, bad, **params)

@@ -122,12 +122,27 @@ extern "C" __global__ void flynn_predict(const int* __restrict__ winners,
 // are combined by the tree lane[i] += lane[i + off], off = 16, 8, 4, 2, 1.
 // Round-to-nearest intrinsics forbid FMA contraction. Rows whose centred norm is
 // zero are left centred (all zeros).
+// Scale robustness: every element is first multiplied by 2**-e, where
+// max|x_row| = f * 2**e with f in [0.5, 1) (frexp; e = 0 for a zero row), using
+// ldexp, which is exact. The centred, normalised row does not change under an
+// exact power-of-two scaling, so rows that neither overflow nor underflow keep
+// their bits, while rows near 1e155 (whose squares overflow) or 1e-300 (whose
+// squares underflow) are normalised like any other.
 __device__ __forceinline__ double warp_tree_sum(double v)
 {
     for (int off = 16; off > 0; off >>= 1) {
         v = __dadd_rn(v, __shfl_down_sync(0xffffffffu, v, off));
     }
     return __shfl_sync(0xffffffffu, v, 0);
+}
+
+// Maximum over the warp, on every lane (max is exact: the order does not matter).
+__device__ __forceinline__ double warp_max(double v)
+{
+    for (int off = 16; off > 0; off >>= 1) {
+        v = fmax(v, __shfl_xor_sync(0xffffffffu, v, off));
+    }
+    return v;
 }
 
 template <typename T>
@@ -141,18 +156,25 @@ __device__ void row_normalize_impl(const T* __restrict__ x, T* __restrict__ y,
          i += (long long)gridDim.x * warps_per_block) {
         const T* xi = x + i * d;
         T* yi = y + i * d;
+        double amax = 0.0;
+        for (long long j = lane; j < d; j += 32) amax = fmax(amax, fabs((double)xi[j]));
+        int e = 0;
+        frexp(warp_max(amax), &e);
+        const int shift = -e;
         double acc = 0.0;
-        for (long long j = lane; j < dpad; j += 32) acc = __dadd_rn(acc, j < d ? (double)xi[j] : 0.0);
+        for (long long j = lane; j < dpad; j += 32) {
+            acc = __dadd_rn(acc, j < d ? ldexp((double)xi[j], shift) : 0.0);
+        }
         const double mean = __ddiv_rn(warp_tree_sum(acc), (double)d);
         double sq = 0.0;
         for (long long j = lane; j < dpad; j += 32) {
-            const double v = j < d ? __dsub_rn((double)xi[j], mean) : 0.0;
+            const double v = j < d ? __dsub_rn(ldexp((double)xi[j], shift), mean) : 0.0;
             sq = __dadd_rn(sq, __dmul_rn(v, v));
         }
         sq = warp_tree_sum(sq);
         const double nrm = (sq > 0.0) ? __dsqrt_rn(sq) : 1.0;
         for (long long j = lane; j < d; j += 32) {
-            yi[j] = (T)__ddiv_rn(__dsub_rn((double)xi[j], mean), nrm);
+            yi[j] = (T)__ddiv_rn(__dsub_rn(ldexp((double)xi[j], shift), mean), nrm);
         }
     }
 }

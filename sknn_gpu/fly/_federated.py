@@ -13,7 +13,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import to_device, to_host
-from ._flynn import HASH_PARAMS, FlyNNClassifier
+from ._flynn import HASH_PARAMS, FlyNNClassifier, _label_kind
 
 __all__ = ["merge_flynn", "fit_federated"]
 
@@ -57,31 +57,48 @@ def _same(u, v):
         return False
 
 
-def _combine(template, parts):
-    """A fitted classifier with the summed counts of ``parts`` [(classes, counts), ...].
+def _check_label_types(parts, names):
+    """TypeError when parties label their classes with different types (numbers vs strings).
+
+    NumPy would silently turn every class into a string (``0`` -> ``'0'``), and the
+    merged model would then predict labels that match neither party's.
+    """
+    kinds = [_label_kind(np.asarray(c)) for c, _, _ in parts]
+    for i, kind in enumerate(kinds):
+        if kind != kinds[0]:
+            first, other = np.asarray(parts[0][0]), np.asarray(parts[i][0])
+            raise TypeError(
+                f"Cannot merge FlyNN models: {names[0]} has {kinds[0]} class labels "
+                f"({first.tolist()[:5]}) but {names[i]} has {kind} ones ({other.tolist()[:5]}); "
+                "every party must label classes with the same type."
+            )
+
+
+def _combine(template, parts, names):
+    """A fitted classifier with the summed counts of ``parts`` [(classes, counts, n_features), ...].
 
     ``template`` is an unfitted FlyNNClassifier whose parameters the result takes;
-    ``n_features`` is read from the first part.
+    ``n_features`` is read from the first part; ``names`` name the parts in errors.
     """
+    _check_label_types(parts, names)
     classes = np.unique(np.concatenate([np.asarray(c) for c, _, _ in parts]))
     n_features = parts[0][2]
     clf = template
     clf.classes_ = classes
-    clf._init_model(n_features)
+    clf._init_model(n_features, caller="merge")
     clf.n_features_in_ = n_features
     privatized = any(np.asarray(cnt).dtype.kind == "f" for _, cnt, _ in parts)
     total = np.zeros((len(classes), clf.n_components_), dtype=np.float64 if privatized else np.int64)
-    for cls, cnt, _ in parts:
+    for name, (cls, cnt, _) in zip(names, parts, strict=True):
         cnt = np.asarray(cnt)
         if cnt.shape[1] != clf.n_components_:
             raise ValueError(
-                f"Cannot merge FlyNN models: a party has {cnt.shape[1]} Kenyon cells, expected "
+                f"Cannot merge FlyNN models: {name} has {cnt.shape[1]} Kenyon cells, expected "
                 f"{clf.n_components_}."
             )
         rows = np.searchsorted(classes, np.asarray(cls))
         total[rows] += cnt
-    clf.counts_ = to_device(total, clf.device_)
-    clf._update_filters()
+    clf._set_counts(to_device(total, clf.device_))
     return clf
 
 
@@ -105,6 +122,14 @@ def merge_flynn(models, device=None):
         bit-identical to fitting on the pooled data. ``gamma`` and ``batch_size``
         come from the first model. Merging privatised models (see
         :meth:`FlyNNClassifier.privatize`) sums their released float counts.
+
+    Raises
+    ------
+    ValueError
+        When the parties do not share the projection (saying what differs).
+    TypeError
+        When a model is not a FlyNNClassifier, or parties label their classes with
+        different types (numbers and strings).
 
     Examples
     --------
@@ -140,7 +165,7 @@ def merge_flynn(models, device=None):
     if device is not None:
         params["device"] = device
     parts = [(m.classes_, to_host(m.counts_), m.n_features_in_) for m in models]
-    merged = _combine(FlyNNClassifier(**params), parts)
+    merged = _combine(FlyNNClassifier(**params), parts, [f"models[{i}]" for i in range(len(models))])
     if hasattr(ref, "feature_names_in_"):
         merged.feature_names_in_ = ref.feature_names_in_
     return merged
@@ -162,9 +187,34 @@ def _arrays_equal(a, b):
 # --------------------------------------------------------------------------- #
 
 
-def _fit_party(X, y, params):
-    """Runs on a worker: fit one party and return only what travels (counts)."""
-    clf = FlyNNClassifier(**params).fit(X, y)
+def _n_rows(a):
+    shape = getattr(a, "shape", None)
+    return int(shape[0]) if shape else len(a)
+
+
+def _empty_shard(index):
+    return ValueError(
+        f"fit_federated: shard {index} is empty (0 samples); every party needs at least one "
+        "sample (drop the empty shard or rebalance the data)."
+    )
+
+
+def _fit_party(X, y, params, index):
+    """Runs on a worker: fit one party and return only what travels (counts).
+
+    Errors name the shard (``index``), so that the client knows which party failed.
+    """
+    if _n_rows(X) == 0 or _n_rows(y) == 0:
+        raise _empty_shard(index)
+    try:
+        clf = FlyNNClassifier(**params).fit(X, y)
+    except (ValueError, TypeError) as exc:
+        message = f"fit_federated: shard {index}: {exc}"
+        try:
+            named = type(exc)(message)
+        except Exception:  # an exception type whose constructor wants more than a message
+            named = (TypeError if isinstance(exc, TypeError) else ValueError)(message)
+        raise named from exc
     return {
         "classes": clf.classes_,
         "counts": to_host(clf.counts_),
@@ -173,9 +223,9 @@ def _fit_party(X, y, params):
     }
 
 
-def _fit_party_pair(pair, params):
+def _fit_party_pair(pair, params, index):
     X, y = pair
-    return _fit_party(X, y, params)
+    return _fit_party(X, y, params, index)
 
 
 def _is_dask_array(x):
@@ -209,6 +259,15 @@ def fit_federated(client, shards, **params):
     clf : FlyNNClassifier
         The merged, fitted classifier (on ``params['device']``, default 'auto').
 
+    Raises
+    ------
+    ValueError
+        Without an integer ``random_state``, for an empty shard (``shard i is
+        empty``), or when a party's fit fails (its message is prefixed with
+        ``fit_federated: shard i:``; a TypeError likewise).
+    TypeError
+        When parties label their classes with different types.
+
     Examples
     --------
     >>> from distributed import Client, LocalCluster  # doctest: +SKIP
@@ -235,7 +294,7 @@ def fit_federated(client, shards, **params):
     if len(n_features) != 1:
         raise ValueError(f"Shards have different numbers of features: {sorted(n_features)}.")
     parts = [(r["classes"], r["counts"], r["n_features"]) for r in results]
-    return _combine(FlyNNClassifier(**full), parts)
+    return _combine(FlyNNClassifier(**full), parts, [f"shard {i}" for i in range(len(parts))])
 
 
 def _submit(client, shards, params):
@@ -251,8 +310,13 @@ def _submit(client, shards, params):
             y = da.from_array(np.asarray(y), chunks=(X.chunks[0],))
         X = X.rechunk({1: -1})
         y = y.rechunk((X.chunks[0],))
+        for i, rows in enumerate(X.chunks[0]):
+            if rows == 0:
+                raise _empty_shard(i)
         xb, yb = X.to_delayed().ravel(), y.to_delayed().ravel()
-        tasks = [dask.delayed(_fit_party)(a, b, params) for a, b in zip(xb, yb, strict=True)]
+        tasks = [
+            dask.delayed(_fit_party)(a, b, params, i) for i, (a, b) in enumerate(zip(xb, yb, strict=True))
+        ]
         return client.compute(tasks)
     shards = list(shards)
     futures = []
@@ -261,11 +325,13 @@ def _submit(client, shards, params):
         for i, s in local:
             if not (isinstance(s, (tuple, list)) and len(s) == 2):
                 raise TypeError(f"shards[{i}] must be a Future or an (X, y) pair, got {type(s).__name__}.")
+            if _n_rows(s[0]) == 0 or _n_rows(s[1]) == 0:
+                raise _empty_shard(i)
         scattered = client.scatter([tuple(s) for _, s in local])
         mapping = {i: f for (i, _), f in zip(local, scattered, strict=True)}
     else:
         mapping = {}
     for i, s in enumerate(shards):
         fut = s if isinstance(s, Future) else mapping[i]
-        futures.append(client.submit(_fit_party_pair, fut, params, pure=False))
+        futures.append(client.submit(_fit_party_pair, fut, params, i, pure=False))
     return futures

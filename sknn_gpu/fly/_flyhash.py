@@ -51,6 +51,7 @@ from ._wta import wta
 __all__ = ["FlyHashTransformer", "wta", "engine", "flyhash_bytes", "check_footprint"]
 
 _FLT_MAX = float(np.finfo(np.float32).max)
+_FLT_TINY = float(np.finfo(np.float32).tiny)
 #: Target bytes of the uniform keys drawn at once for the projection.
 _DRAW_BLOCK_BYTES = 4 * 2**20
 #: Host bytes of a GPU run below which the host side is not checked (see check_footprint).
@@ -420,7 +421,13 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             ensure_all_finite=True,
         )
 
-    def _check_float32_range(self, X):
+    def _check_float32_range(self, X, hint="rescale X"):
+        """Refuse input the float32 activations cannot hold (``hint`` says what to do).
+
+        Values whose sum over ``n_connections_`` inputs can overflow float32, and
+        input whose largest magnitude is below float32's smallest normal number
+        (it would hash as (nearly) all zeros: every row alike).
+        """
         data = X.data if (sp.issparse(X) or is_cupy_sparse(X)) else X
         if data.size == 0:
             return
@@ -429,7 +436,13 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         if amax * self.n_connections_ >= _FLT_MAX:
             raise ValueError(
                 f"Input values up to {amax:.3g} can overflow the float32 sum of "
-                f"{self.n_connections_} inputs; rescale X."
+                f"{self.n_connections_} inputs; {hint}."
+            )
+        if 0.0 < amax < _FLT_TINY:
+            raise ValueError(
+                f"Input values are at most {amax:.3g} in magnitude, below float32's smallest normal "
+                f"number {_FLT_TINY:.3g}: in FlyHash's float32 sums they lose their precision or "
+                f"become 0, and every row would hash alike; {hint}."
             )
 
     def _check_work(self, n_samples, output, caller):

@@ -84,6 +84,42 @@ def _labels(est):
     return (), est.classes_.dtype
 
 
+def _label_kind(labels):
+    """``'numeric'``, ``'string'`` or ``'mixed'`` for a 1-D host array of class labels."""
+    if labels.dtype.kind in "biuf":
+        return "numeric"
+    if labels.dtype.kind in "US":
+        return "string"
+    types = {type(v) for v in labels.tolist()}  # object arrays: look at the values
+    if all(issubclass(t, str) for t in types):
+        return "string"
+    if not any(issubclass(t, str) for t in types):
+        return "numeric"
+    return "mixed"
+
+
+def _host_labels(y, what="y"):
+    """Labels as a 1-D host array; TypeError when they mix strings and numbers.
+
+    A Python list such as ``[1, 'a']`` would silently become the strings
+    ``['1', 'a']`` in NumPy, and an object array of both fails deep inside NumPy's
+    sorting: both are refused here, naming an example of each type.
+    """
+    raw = y if hasattr(y, "dtype") else np.asarray(y, dtype=object)
+    labels = column_or_1d(to_host(raw), warn=True)
+    if labels.dtype.kind != "O":
+        return labels
+    if _label_kind(labels) == "mixed":
+        values = labels.tolist()
+        a = next(v for v in values if isinstance(v, str))
+        b = next(v for v in values if not isinstance(v, str))
+        raise TypeError(
+            f"{what} mixes string and numeric class labels (e.g. {a!r} and {b!r}); "
+            "use one type for all labels."
+        )
+    return labels if raw is y else np.asarray(labels.tolist())  # a list: NumPy's own dtype
+
+
 def _hash_constraints():
     src = getattr(FlyHashTransformer, "_parameter_constraints", {})
     return {name: src.get(name, "no_validation") for name in HASH_PARAMS}
@@ -319,12 +355,13 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
     def _hasher_params(self):
         return {name: getattr(self, name) for name in HASH_PARAMS}
 
-    def _init_model(self, n_features, n_samples=0):
+    def _init_model(self, n_features, n_samples=0, caller="fit"):
         """Resolve ``device`` and ``random_state`` once, check the size, draw the hash, zero the counts.
 
         The hasher receives the resolved device and the drawn random state: it
         resolves nothing again. ``n_samples`` training rows are included in the
-        size check (``fit`` knows them; ``partial_fit`` and merges pass 0 or a batch).
+        size check (``fit`` knows them; ``partial_fit`` passes its batch, merges 0);
+        ``caller`` names the public method in the error.
         """
         device = self._resolve_device()
         rng = check_random_state(self.random_state)
@@ -334,26 +371,36 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             seed = int(rng.randint(np.iinfo(np.int32).max))
             rng = np.random.RandomState(seed)
         hasher = FlyHashTransformer(**self._hasher_params(), random_state=seed, device=device)
-        self._check_size("fit", n_samples, n_features=n_features, sizes=hasher._sizes(n_features))
+        sizes = hasher._sizes(n_features)
+        self._check_size("fit", n_samples, n_features=n_features, sizes=sizes, caller=caller)
         self.hasher_ = hasher._fit_projection(n_features, device, rng)
         self.n_components_ = int(hasher.n_components_)
         self.k_ = int(hasher.k_)
         self.counts_ = self._xp.zeros((len(self.classes_), self.n_components_), dtype=np.int64)
 
-    def _update_filters(self):
-        """filters_ = gamma ** counts_, computed on the host (same bits on both devices).
+    def _set_counts(self, counts):
+        """Install ``counts`` (on ``device_``) with their filters ``gamma ** counts``, together.
 
-        ``_filters_t`` keeps the transposed filters (C-ordered, host) that the
-        novelty kernels read. Its copy on ``device_`` and that of ``classes_`` are
-        made here, once per update (``_device_copy`` caches them), so prediction
-        only reads the estimator.
+        The filters are computed on the host (same bits on both devices) before
+        anything is assigned, so an error leaves the model as it was. ``_filters_t``
+        keeps the transposed filters (C-ordered, host) that the novelty kernels
+        read; its copy on ``device_`` and that of ``classes_`` are made here, once per
+        update (``_device_copy`` caches them), so prediction only reads the estimator.
         """
-        counts = to_host(self.counts_)
-        filters = np.power(np.float64(self.gamma), counts.astype(np.float64))
-        self.filters_ = to_device(filters, self.device_)
+        host = to_host(counts)
+        filters = np.power(np.float64(self.gamma), host.astype(np.float64))
+        filters_on_device = to_device(filters, self.device_)
+        self.counts_, self.filters_ = counts, filters_on_device
         self._filters_t = np.ascontiguousarray(filters.T)
         for name in ("_filters_t", "classes_"):
             self._device_copy(name)
+
+    def _forget(self):
+        """Drop every fitted attribute and cache: a fit that fails leaves the estimator unfitted."""
+        for key in [k for k in vars(self) if k.endswith("_") and not k.startswith("__")]:
+            del self.__dict__[key]
+        for key in ("_filters_t", "_device_cache"):
+            self.__dict__.pop(key, None)
 
     def _footprint(self, stage, n_samples, n_features, sizes):
         """Host and device bytes of ``stage`` for ``n_samples`` rows: the one size estimate.
@@ -379,12 +426,18 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             eh, eg = engine(device).work_bytes(rows, n_features, k, n_classes, m)
             host, gpu = host + h + eh, gpu + g + eg
             result = {"fit": 4, "partial_fit": 4, "predict": 8, "novelty": 8 * n_classes}[stage] * n_samples
+            if stage in ("fit", "partial_fit"):  # the batch counts' total, then the new counts_
+                result += 2 * n_classes * m * 8
             host += result  # labels in, or the result out (NumPy in, NumPy out)
             gpu += result if device == "cuda" else 0
         return host, gpu
 
-    def _check_size(self, stage, n_samples, n_features=None, sizes=None):
-        """Refuse ``stage`` on ``n_samples`` rows before allocating when it cannot fit."""
+    def _check_size(self, stage, n_samples, n_features=None, sizes=None, caller=None):
+        """Refuse ``stage`` on ``n_samples`` rows before allocating when it cannot fit.
+
+        ``n_features`` and ``sizes`` (m, s, k) default to the fitted ones; the error
+        names ``caller`` (default: the stage) and the sizes involved.
+        """
         if n_features is None:
             n_features = self.n_features_in_
             sizes = (self.n_components_, self.hasher_.n_connections_, self.k_)
@@ -392,8 +445,9 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             self._footprint(stage, n_samples, n_features, sizes),
             self.device_,
             what=(
-                f"{type(self).__name__}.{stage} of {n_samples} samples x {n_features} features with "
-                f"n_components={sizes[0]} cells, {len(self.classes_)} classes, batch_size={self.batch_size}"
+                f"{type(self).__name__}.{caller or stage} of {n_samples} samples x {n_features} features "
+                f"with n_components={sizes[0]} cells, {len(self.classes_)} classes, "
+                f"batch_size={self.batch_size}"
             ),
         )
 
@@ -403,6 +457,8 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         Each batch goes to ``device_``, is normalised if requested, and hashed by the
         hasher's engine (int32 (b, k_) winner cells).
         """
+        if not self.normalize:  # raw inputs are summed in float32: refuse what it cannot hold
+            self.hasher_._check_float32_range(X, hint="rescale X or use normalize=True")
         eng = engine(self.device_)
         bs = int(self.batch_size)
         for start in range(0, X.shape[0], bs):  # loop over batches, not samples
@@ -411,13 +467,19 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
                 Xb = eng.row_normalize(Xb)
             yield start, self.hasher_._winners(Xb)
 
-    def _accumulate(self, X, y_idx):
+    def _count(self, X, y_idx):
+        """Counts (n_classes, m) of the winners of ``X`` per class, summed over batches.
+
+        A new array on ``device_``: the model is not touched, so an error half-way
+        (out of memory, say) leaves it as it was.
+        """
         labels = to_device(y_idx, self.device_)
         eng = engine(self.device_)
         n_classes = len(self.classes_)
+        total = self._xp.zeros((n_classes, self.n_components_), dtype=np.int64)
         for start, w in self._batch_winners(X):
-            stop = start + w.shape[0]
-            self.counts_ += eng.count(w, labels[start:stop], n_classes, self.n_components_)
+            total += eng.count(w, labels[start : start + w.shape[0]], n_classes, self.n_components_)
+        return total
 
     # ------------------------------------------------------------------ #
     # fit / partial_fit                                                    #
@@ -439,19 +501,21 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         self : FlyNNClassifier
             Fitted estimator.
         """
-        for attr in ("classes_", "counts_", "filters_", "hasher_"):
-            self.__dict__.pop(attr, None)
+        self._forget()
         X = self._validate_X(X, reset=True)
-        y_host = column_or_1d(to_host(y), warn=True)
+        y_host = _host_labels(y)
         check_classification_targets(y_host)
         if y_host.shape[0] != X.shape[0]:
             raise ValueError(
                 f"X and y have inconsistent numbers of samples: {X.shape[0]} != {y_host.shape[0]}."
             )
         self.classes_ = np.unique(y_host)
-        self._init_model(X.shape[1], X.shape[0])
-        self._accumulate(X, self._encode_y(y_host, X.shape[0]))
-        self._update_filters()
+        try:
+            self._init_model(X.shape[1], X.shape[0])
+            self._set_counts(self._count(X, self._encode_y(y_host, X.shape[0])))
+        except BaseException:
+            self._forget()
+            raise
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
@@ -476,18 +540,23 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         if first:
             self.__dict__.pop("classes_", None)
         if classes is not None:
-            classes = np.asarray(to_host(classes))
+            classes = _host_labels(classes, "classes")
             check_classification_targets(classes)
         _check_partial_fit_first_call(self, classes)
         X = self._validate_X(X, reset=first)
-        y_host = column_or_1d(to_host(y), warn=True)
+        y_host = _host_labels(y)
         check_classification_targets(y_host)
-        if first:
-            self._init_model(X.shape[1], X.shape[0])
-        else:
+        y_idx = self._encode_y(y_host, X.shape[0])
+        if not first:  # the model changes only once the new counts are complete
             self._check_size("partial_fit", X.shape[0])
-        self._accumulate(X, self._encode_y(y_host, X.shape[0]))
-        self._update_filters()
+            self._set_counts(self.counts_ + self._count(X, y_idx))
+            return self
+        try:
+            self._init_model(X.shape[1], X.shape[0], caller="partial_fit")
+            self._set_counts(self._count(X, y_idx))
+        except BaseException:
+            self._forget()
+            raise
         return self
 
     # ------------------------------------------------------------------ #
@@ -670,9 +739,8 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         np.put_along_axis(private, released, np.maximum(noisy, 0.0), axis=1)
         out = copy.deepcopy(self)
         out.__dict__.pop("_device_cache", None)
-        out.counts_ = to_device(private, self.device_)
+        out._set_counts(to_device(private, self.device_))
         out.dp_released_ = released
         out.dp_epsilon_ = float(epsilon)
         out.dp_scale_ = 2.0 * int(n_released) / float(epsilon)
-        out._update_filters()
         return out

@@ -45,10 +45,17 @@ def _lane_sum(V):
 def row_normalize(X):
     """Centre every row and scale it to unit L2 norm (float64 maths, fixed summation order).
 
+    Each row is first scaled by the power of two ``2**-e`` with
+    ``max|row| = f * 2**e``, ``f`` in [0.5, 1) (``frexp``), using ``ldexp``: an
+    exact scaling that the centred, normalised row does not notice, so ordinary
+    rows keep their bits while rows of any magnitude (``1e155``, whose squares
+    would overflow, or ``1e-300``, whose squares would underflow) normalise like
+    the others. The GPU kernel does the same.
+
     Parameters
     ----------
     X : ndarray of shape (n, d), float32 or float64
-        Rows to normalise.
+        Rows to normalise (finite).
 
     Returns
     -------
@@ -56,6 +63,8 @@ def row_normalize(X):
         Centred rows of unit norm; a constant row becomes zeros.
     """
     X64 = np.asarray(X, dtype=np.float64)
+    _, e = np.frexp(np.abs(X64).max(axis=1))  # e = 0 for a zero row
+    X64 = np.ldexp(X64, -e[:, None])
     d = X64.shape[1]
     mean = _lane_sum(X64) / d
     Xc = X64 - mean[:, None]
@@ -152,7 +161,7 @@ def work_bytes(n_rows, n_features, k, n_classes, n_components):
         Host bytes and GPU bytes (always 0 here).
     """
     n, d, c, m = int(n_rows), int(n_features), int(n_classes), int(n_components)
-    normalize = 6 * n * (d + 32) * 8  # float64 copy, padding, centred rows, squares, result
+    normalize = 7 * n * (d + 32) * 8  # float64 copy, scaled copy, padding, centred rows, squares, result
     counting = 3 * n * k * 8 + 2 * c * m * 8  # flat indices, bincount and its int64 copy
     scoring = 2 * n * c * 8
     return normalize + counting + scoring, 0
