@@ -263,12 +263,12 @@ def _small_gemv_case():
     """The smallest Table I/II shape (256 x 256, float32) and a bare launch of its gemv kernel."""
     import cupy
 
-    from sknn_gpu.linalg import _kernel
+    from sknn_gpu._kernels import get_function
 
     dA = cupy.random.standard_normal((256, 256), dtype=cupy.float32)
     dx = cupy.random.standard_normal(256, dtype=cupy.float32)
     dy = cupy.zeros(256, dtype=cupy.float32)
-    k = _kernel("gemv", "gemv_rows<float,32,true>", cupy.cuda.runtime.getDevice())
+    k = get_function("gemv", "gemv_rows<float,32,true>")
     args = (dA, dx, dy, np.int64(256), np.int64(256), np.float32(1), np.float32(0))
     return dA, dx, dy, k, args
 
@@ -324,7 +324,7 @@ def tune_t_cols(gpu):
         for r in mins:
             linalg._T_COLS_MIN_ROWS = linalg._T_COLS_MIN_ROWS_TALL = linalg._T_COLS_MIN_ROWS_HUGE = r
             linalg._plan_cache.clear()
-            linalg._launches().clear()
+            linalg._TABLE.clear()
             got = linalg.gemv(dA, dx, trans=True)
             assert float(cupy.abs(got - want).max()) <= 1e-3 * float(cupy.abs(want).max()) + 1e-3
             cells.append(fmt_time(time_queued(lambda: linalg.gemv(dA, dx, dy, trans=True))))  # noqa: B023
@@ -333,7 +333,7 @@ def tune_t_cols(gpu):
     for k, v in old.items():
         setattr(linalg, k, v)
     linalg._plan_cache.clear()
-    linalg._launches().clear()
+    linalg._TABLE.clear()
     print()
 
 

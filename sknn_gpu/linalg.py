@@ -20,65 +20,32 @@ variant             used for
 Both functions validate shapes, dtypes (float32 or float64, all operands the same),
 memory layout (C- or Fortran-contiguous matrix, contiguous vectors), that every
 operand lives on the same device, and that the output does not overlap an input.
+
+The module has the two public functions and their validation, then the CPU engine
+(``_gemv_cpu``/``_ger_cpu``: SciPy BLAS), then the CUDA engine (``_gemv_cuda``/
+``_ger_cuda``: launch plans and the cached driver launches of
+:mod:`sknn_gpu._kernels._launch`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import math
 import numbers
-import threading
 
 import numpy as np
 from scipy.linalg import blas as _blas
 
-from ._backend import get_cupy, is_cupy_array, sm_count
+from ._backend import device_limits, get_cupy, is_cupy_array
+from ._kernels import get_function
+from ._kernels._launch import Launch, LaunchTable, driver_launch
 
 __all__ = ["gemv", "ger"]
 
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _F32 = np.dtype(np.float32)
 
-_GEMV_NAMES = tuple(
-    [
-        f"gemv_rows<{t},{lanes},{v}>"
-        for t in ("float", "double")
-        for lanes in (1, 2, 4, 8, 16, 32)
-        for v in ("true", "false")
-    ]
-    + [f"gemv_block_row<{t},{v}>" for t in ("float", "double") for v in ("true", "false")]
-    + [f"gemv_t_cols<{t},{v}>" for t in ("float", "double") for v in ("true", "false")]
-    + [f"gemv_t_flat<{t}>" for t in ("float", "double")]
-)
-_GER_NAMES = tuple(f"ger_tiled<{t},{v}>" for t in ("float", "double") for v in ("true", "false"))
-
-_kernel_cache: dict = {}
-_dev_cache: dict = {}
 _ws_cache: dict = {}
 _N_COUNTERS = 65536
-
-
-def _kernel(family, name, dev):
-    """Compiled kernel ``name`` of ``family`` on device ``dev`` (memoized here and in the loader)."""
-    k = _kernel_cache.get((dev, name))
-    if k is None:
-        from ._kernels import get_kernel
-
-        names = _GEMV_NAMES if family == "gemv" else _GER_NAMES
-        k = get_kernel(family, name, name_expressions=names)
-        _kernel_cache[(dev, name)] = k
-    return k
-
-
-def _device_info(cupy):
-    """(device id, number of SMs, more than one GPU?) for the current device."""
-    dev = cupy.cuda.runtime.getDevice()
-    info = _dev_cache.get(dev)
-    if info is None:
-        n_sm = sm_count()
-        info = (dev, n_sm, cupy.cuda.runtime.getDeviceCount() > 1)
-        _dev_cache[dev] = info
-    return info
 
 
 def _ctype(dtype):
@@ -95,10 +62,12 @@ def _check_scalar(name, value):
 
 
 def _kind(arr):
-    if type(arr) is np.ndarray or isinstance(arr, np.ndarray):
+    if type(arr) is np.ndarray:
         return "numpy"
     if is_cupy_array(arr):
         return "cupy"
+    if isinstance(arr, np.ndarray):  # a subclass (np.memmap, ...)
+        return "numpy"
     raise TypeError(
         f"expected a numpy.ndarray or cupy.ndarray, got {type(arr).__name__}; "
         "convert with numpy.asarray / cupy.asarray first."
@@ -149,7 +118,7 @@ def _check_operands(func, A, vectors):
             raise TypeError(f"{func}: {name} has dtype {v.dtype} but A has {A.dtype}; they must match.")
         if not v.flags.c_contiguous:
             raise ValueError(f"{func}: {name} must be contiguous (got strides {v.strides}).")
-    if kind == "cupy" and _device_info(get_cupy())[2]:  # several GPUs: same device?
+    if kind == "cupy" and device_limits().n_devices > 1:  # several GPUs: same device?
         dev = A.device.id
         for name, v in vectors:
             if v.device.id != dev:
@@ -228,7 +197,72 @@ def gemv(A, x, y=None, alpha=1.0, beta=0.0, trans=False):
             raise ValueError("gemv: y must not overlap A or x (the output would be read while written).")
     if kind == "numpy":
         return _gemv_cpu(A, x, y, alpha, beta, trans, fortran, ny)
-    return _gemv_gpu(A, x, y, alpha, beta, trans, fortran, ny)
+    return _gemv_cuda(A, x, y, alpha, beta, trans, fortran, ny)
+
+
+def ger(alpha, x, y, A):
+    """Rank-1 update in place: ``A += alpha * outer(x, y)``.
+
+    NumPy arrays use SciPy's BLAS (``sger``/``dger``); CuPy arrays use sknn_gpu's
+    tiled CUDA kernel.
+
+    Parameters
+    ----------
+    alpha : float
+        Scale factor.
+    x : ndarray of shape (m,)
+        Contiguous vector, same dtype and device as ``A``.
+    y : ndarray of shape (n,)
+        Contiguous vector, same dtype and device as ``A``.
+    A : ndarray of shape (m, n), float32 or float64
+        C- or Fortran-contiguous matrix, updated in place; it must not overlap
+        ``x`` or ``y``.
+
+    Returns
+    -------
+    A : ndarray
+        The same array, updated.
+
+    Raises
+    ------
+    ValueError
+        Wrong dimensions or shapes, non-contiguous operands, ``A`` overlapping ``x``
+        or ``y``, or a non-finite ``alpha``.
+    TypeError
+        An operand that is not float32/float64, operands whose dtypes differ, or NumPy
+        and CuPy operands in one call.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sknn_gpu.linalg import ger
+    >>> A = np.zeros((2, 3))
+    >>> ger(2.0, np.array([1.0, 2.0]), np.array([1.0, 0.0, -1.0]), A)
+    array([[ 2.,  0., -2.],
+           [ 4.,  0., -4.]])
+    """
+    if type(A) is _ND:  # CuPy: a call signature validated before launches at once
+        out = _ger_fast(alpha, x, y, A)
+        if out is not None:
+            return out
+    alpha = _check_scalar("alpha", alpha)
+    kind, dtype, fortran = _check_operands("ger", A, [("x", x), ("y", y)])
+    m, n = A.shape
+    if x.shape[0] != m or y.shape[0] != n:
+        raise ValueError(
+            f"ger: A has shape {(m, n)} so x needs length {m} and y length {n}; "
+            f"got {x.shape[0]} and {y.shape[0]}."
+        )
+    if _overlap(A, x, kind) or _overlap(A, y, kind):
+        raise ValueError("ger: A must not overlap x or y (the update would read what it writes).")
+    if m == 0 or n == 0 or alpha == 0.0:
+        return A
+    if kind == "numpy":
+        return _ger_cpu(alpha, x, y, A, fortran)
+    return _ger_cuda(alpha, x, y, A, fortran)
+
+
+# ---------------------------------------------------------------- CPU engine (SciPy BLAS)
 
 
 def _gemv_cpu(A, x, y, alpha, beta, trans, fortran, ny):
@@ -252,7 +286,20 @@ def _gemv_cpu(A, x, y, alpha, beta, trans, fortran, ny):
     return y
 
 
-# ---------------------------------------------------------------- GPU launches
+def _ger_cpu(alpha, x, y, A, fortran):
+    fn = _blas.sger if A.dtype == _F32 else _blas.dger
+    if fortran:
+        res = fn(alpha, x, y, a=A, overwrite_a=1)
+        if not np.shares_memory(res, A):
+            A[...] = res
+    else:  # C-contiguous A is the Fortran-contiguous A.T: A.T += alpha * y x^T
+        res = fn(alpha, y, x, a=A.T, overwrite_a=1)
+        if not np.shares_memory(res, A):
+            A[...] = res.T
+    return A
+
+
+# ---------------------------------------------------------------- CUDA engine
 #
 # A call costs Python time on top of the kernel: a bare CuPy RawKernel launch is a few
 # microseconds, and validating six arrays costs as much again. Two caches keep a
@@ -260,17 +307,17 @@ def _gemv_cpu(A, x, y, alpha, beta, trans, fortran, ny):
 #
 # * ``_plan_cache`` (shared by all threads): shape -> kernel, launch shape and the
 #   fixed arguments (the measured dispatch rules below).
-# * per-thread :class:`_Launch` records keyed by everything the validation looked at
-#   (shapes, dtypes, contiguity flags, 16-byte alignment, device). A call whose key is
-#   known skips that validation (it passed for the same key) but still checks what
-#   depends on the actual pointers and scalars (overlap, finiteness, beta without y),
-#   writes the pointers and scalars into a prebuilt argument block and calls
-#   ``cuLaunchKernel`` directly. Records are per thread because the driver reads the
-#   block after the GIL is released. The first call of a key in a thread is launched
-#   through CuPy's RawKernel, which also makes the device's context current there.
+# * per-thread :class:`_Plan` records (:mod:`sknn_gpu._kernels._launch`) keyed by
+#   everything the validation looked at (shapes, dtypes, contiguity flags, 16-byte
+#   alignment, device). A call whose key is known skips that validation (it passed for
+#   the same key) but still checks what depends on the actual pointers and scalars
+#   (overlap, finite scalars, beta without y), writes the pointers and
+#   scalars into the prebuilt argument block and calls ``cuLaunchKernel`` directly. The
+#   first call of a key in a thread is launched through CuPy's RawKernel, which also
+#   makes the device's context current there.
 
 _plan_cache: dict = {}
-_tls = threading.local()
+_TABLE = LaunchTable()
 _ND = None  # cupy.ndarray once CuPy has been seen
 _EMPTY = _STREAM = _DEVICE = _LAUNCH = None
 _MULTI = False
@@ -281,80 +328,49 @@ def _bind_cupy(cupy):
     global _ND, _EMPTY, _STREAM, _DEVICE, _LAUNCH, _MULTI
     if _ND is not None:
         return
-    try:
-        from cupy.cuda import driver
-
-        launch = driver.launchKernel
-    except (ImportError, AttributeError):  # pragma: no cover - depends on the CuPy build
-        launch = None
+    launch = driver_launch()
     try:  # the fast path reads CuPy's contiguity fields directly (no Flags object per call)
         probe = cupy.empty(1, dtype=np.float32)
         _ = (probe._c_contiguous, probe._f_contiguous, probe.data.device_id)
     except AttributeError:  # pragma: no cover - depends on the CuPy version
         launch = None
     _EMPTY, _STREAM, _DEVICE = cupy.empty, cupy.cuda.get_current_stream, cupy.cuda.runtime.getDevice
-    _LAUNCH, _MULTI = launch, cupy.cuda.runtime.getDeviceCount() > 1
+    _LAUNCH, _MULTI = launch, device_limits().n_devices > 1
     _ND = cupy.ndarray
 
 
-def _launches():
-    try:
-        return _tls.launches
-    except AttributeError:
-        _tls.launches = {}
-        return _tls.launches
+class _Plan(Launch):
+    """A :class:`~sknn_gpu._kernels._launch.Launch` with what gemv/ger's fast paths need.
 
-
-class _Launch:
-    """A prebuilt launch: function pointer, launch shape and one 8-byte slot per argument.
-
-    ``layout`` has one entry per kernel argument, in order: ``"p"`` (a pointer written
-    per call), ``"a"``/``"b"`` (alpha/beta, written per call through a float view),
-    ``("q", v)`` a fixed 64-bit integer, ``("i", v)`` a fixed 32-bit integer.
+    ``fa``/``fb``: the alpha/beta slots; ``ws``: workspace elements of a split
+    reduction (0: none); ``ny``: length of a new gemv output; ``swap``: ger of a
+    Fortran-ordered A (x and y trade places).
     """
 
-    __slots__ = (
-        "fn", "fptr", "gx", "gy", "bx", "by", "slots", "params", "paddr", "fa", "fb", "ws", "ny", "swap",
-    )  # fmt: skip
+    __slots__ = ("fa", "fb", "ws", "ny", "swap")
 
-    def __init__(self, kern, grid, block, layout, f32, ws=0, ny=0, swap=False):
-        n = len(layout)
-        self.slots = (ctypes.c_uint64 * n)()
-        base = ctypes.addressof(self.slots)
-        self.params = (ctypes.c_void_p * n)(*[base + 8 * i for i in range(n)])
-        self.paddr = ctypes.addressof(self.params)
-        ftype = ctypes.c_float if f32 else ctypes.c_double
-        self.fa = self.fb = None
-        for i, item in enumerate(layout):
-            if item == "a":
-                self.fa = ftype.from_buffer(self.slots, 8 * i)
-            elif item == "b":
-                self.fb = ftype.from_buffer(self.slots, 8 * i)
-            elif item == "p":
-                continue
-            elif item[0] == "i":
-                ctypes.c_int32.from_buffer(self.slots, 8 * i).value = int(item[1])
-            else:
-                self.slots[i] = int(item[1])
-        grid, block = tuple(grid) + (1,), tuple(block) + (1,)
-        self.gx, self.gy, self.bx, self.by = int(grid[0]), int(grid[1]), int(block[0]), int(block[1])
+    def __init__(self, kernel, grid, block, layout, dtype, ws=0, ny=0, swap=False):
+        assert len(grid) <= 2 and len(block) <= 2  # the fast paths launch with gz = bz = 1
+        super().__init__(kernel, grid, block, layout, dtype == _F32)
+        self.fa = self.floats[0]
+        self.fb = self.floats[1] if len(self.floats) > 1 else None
         self.ws, self.ny, self.swap = ws, ny, swap
-        self.fn = kern.kernel  # the CuPy Function keeps its module (and so fptr) loaded
-        self.fptr = int(self.fn.ptr)
 
 
 def _register(key, make):
     """Store the record ``make()`` for ``key`` in this thread (skipped without a driver launch)."""
-    if _LAUNCH is None:
-        return
-    try:
-        rec = make()
-    except Exception:  # pragma: no cover - a CuPy without Function.ptr: stay on RawKernel
-        return
-    table = _launches()
-    if len(table) > 1024:
-        table.clear()
-    table[key] = rec
+    if _LAUNCH is not None:
+        _TABLE.register(key, make)
+
+
+def _cached_plan(pkey, make, *args):
+    """The plan of ``pkey`` from ``_plan_cache``, made by ``make(*args)`` the first time."""
+    plan = _plan_cache.get(pkey)
+    if plan is None:
+        if len(_plan_cache) > 4096:
+            _plan_cache.clear()
+        plan = _plan_cache[pkey] = make(*args)
+    return plan
 
 
 def _workspace(cupy, dev, sptr, n_elems):
@@ -373,15 +389,19 @@ def _workspace(cupy, dev, sptr, n_elems):
     return ent
 
 
-def _resident_blocks(kern, threads):
-    """Blocks of ``threads`` threads one SM holds at once for ``kern`` (register and thread limits)."""
+def _resident_blocks(kern, threads, lim):
+    """Blocks of ``threads`` threads one SM holds at once for ``kern`` (register and thread limits).
+
+    ``lim`` is the device's :func:`~sknn_gpu._backend.device_limits`; at most 32 blocks
+    per SM (every architecture since Maxwell).
+    """
     try:
         regs = int(kern.attributes["num_regs"])
     except Exception:  # pragma: no cover - attribute names differ between CuPy versions
         return 4
     warps = -(-threads // 32)
     warp_regs = -(-max(regs, 1) * 32 // 256) * 256
-    return int(max(1, min((65536 // warp_regs) // warps, 2048 // threads, 32)))
+    return int(max(1, min((lim.regs_per_sm // warp_regs) // warps, lim.max_threads_per_sm // threads, 32)))
 
 
 #: Tuning knobs of the transposed column-tile kernel, from the H100 sweep in
@@ -416,12 +436,13 @@ def _t_cols_nsplit(m, col_blocks, wave):
     return int(max(1, min(wave // col_blocks, m // min_rows)))
 
 
-def _gemv_plan(dev, n_sm, m, n, trans, dtype, vector):
+def _gemv_plan(lim, m, n, trans, dtype, vector):
     """Kernel, launch shape and fixed arguments for one (shape, dtype, alignment) case.
 
     Returns ``(kernel, grid, block, ws_elems, dims, tail)``: ``ws_elems`` is None for the
     variants without a workspace argument, 0 when the split variant runs unsplit.
     """
+    n_sm = lim.sm_count
     f32 = dtype == _F32
     ct = "float" if f32 else "double"
     vw = 4 if f32 else 2
@@ -436,7 +457,7 @@ def _gemv_plan(dev, n_sm, m, n, trans, dtype, vector):
             chunk = -(-n // nsplit)
             chunk = -(-chunk // vw) * vw
             nsplit = -(-n // chunk)
-            k = _kernel("gemv", f"gemv_block_row<{ct},{vs}>", dev)
+            k = get_function("gemv", f"gemv_block_row<{ct},{vs}>")
             return k, (m, nsplit), (threads,), (nsplit * m if nsplit > 1 else 0), (m, n), (chunk,)
         per = n // vw if vector else n
         lanes = 32
@@ -446,21 +467,21 @@ def _gemv_plan(dev, n_sm, m, n, trans, dtype, vector):
                 lanes *= 2
         rows_per_block = 256 // lanes
         grid = int(min(-(-m // rows_per_block), n_sm * 16))
-        k = _kernel("gemv", f"gemv_rows<{ct},{lanes},{vs}>", dev)
+        k = get_function("gemv", f"gemv_rows<{ct},{lanes},{vs}>")
         return k, (grid,), (256,), None, (m, n), ()
     # transposed: y (len n) = A.T @ x (len m)
     if n <= 32:
         rows_per_split = max(256, -(-m // (4 * n_sm)))
         nsplit = -(-m // rows_per_split)
-        k = _kernel("gemv", f"gemv_t_flat<{ct}>", dev)
+        k = get_function("gemv", f"gemv_t_flat<{ct}>")
         ws = nsplit * n if nsplit > 1 else 0
         return k, (nsplit,), (256,), ws, (m, n), (rows_per_split,)
     cols_per_block = 32 * (vw if vector else 1)
     col_blocks = -(-n // cols_per_block)
-    k = _kernel("gemv", f"gemv_t_cols<{ct},{vs}>", dev)
+    k = get_function("gemv", f"gemv_t_cols<{ct},{vs}>")
     # split over rows so that the blocks fill whole waves of resident blocks (a partial
     # last wave runs at low occupancy), keeping enough rows a split (_t_cols_nsplit)
-    nsplit = _t_cols_nsplit(m, col_blocks, _resident_blocks(k, 256) * n_sm * _T_COLS_WAVES)
+    nsplit = _t_cols_nsplit(m, col_blocks, _resident_blocks(k, 256, lim) * n_sm * _T_COLS_WAVES)
     rows_per_split = -(-m // nsplit)
     nsplit = -(-m // rows_per_split)
     ws = nsplit * n if nsplit > 1 else 0
@@ -487,10 +508,7 @@ def _gemv_fast(A, x, y, alpha, beta, trans):
         return None
     pa, px = A.data.ptr, x.data.ptr
     dev = _DEVICE()
-    try:
-        rec = _tls.launches.get(_gemv_key(A, x, y, trans, pa, px, dev))
-    except AttributeError:
-        return None
+    rec = _TABLE.records.get(_gemv_key(A, x, y, trans, pa, px, dev))
     if rec is None or alpha - alpha != 0 or beta - beta != 0:  # unknown, or NaN/inf scalars
         return None
     if y is None:
@@ -516,11 +534,12 @@ def _gemv_fast(A, x, y, alpha, beta, trans):
     return y
 
 
-def _gemv_gpu(A, x, y, alpha, beta, trans, fortran, ny):
+def _gemv_cuda(A, x, y, alpha, beta, trans, fortran, ny):
     cupy = get_cupy()
     _bind_cupy(cupy)
     pa, px = A.data.ptr, x.data.ptr
-    dev, n_sm, _ = _device_info(cupy)
+    lim = device_limits()
+    dev = lim.device_id
     key = _gemv_key(A, x, y, trans, pa, px, dev) if _LAUNCH is not None else None
     if fortran:  # a Fortran-contiguous A is the C-contiguous A.T
         A = A.T
@@ -540,18 +559,13 @@ def _gemv_gpu(A, x, y, alpha, beta, trans, fortran, ny):
     f32 = dtype == _F32
     vector = (n % (4 if f32 else 2) == 0) and ((pa | px) & 15) == 0
     pkey = (dev, m, n, trans, f32, vector)
-    plan = _plan_cache.get(pkey)
-    if plan is None:
-        if len(_plan_cache) > 4096:
-            _plan_cache.clear()
-        plan = _plan_cache[pkey] = _gemv_plan(dev, n_sm, m, n, trans, dtype, vector)
-    k, grid, block, ws_elems, dims, tail = plan
+    k, grid, block, ws_elems, dims, tail = _cached_plan(pkey, _gemv_plan, lim, m, n, trans, dtype, vector)
     scal = np.float32 if f32 else np.float64
     i64 = np.int64
     flat = trans and n <= 32  # the t_flat variant takes n as a 32-bit int
     if ws_elems is None:
         k(grid, block, (A, x, y, i64(dims[0]), i64(dims[1]), scal(alpha), scal(beta)))
-        layout = ["p", "p", "p", ("q", dims[0]), ("q", dims[1]), "a", "b"]
+        layout = ["p", "p", "p", ("q", dims[0]), ("q", dims[1]), "f", "f"]
     else:
         if ws_elems:
             ent = _workspace(cupy, dev, cupy.cuda.get_current_stream().ptr, ws_elems)
@@ -561,82 +575,12 @@ def _gemv_gpu(A, x, y, alpha, beta, trans, fortran, ny):
         n_arg = np.int32(dims[1]) if flat else i64(dims[1])
         k(grid, block, (A, x, y, ws, cnt, i64(dims[0]), n_arg, scal(alpha), scal(beta), i64(tail[0])))
         layout = ["p"] * (5 if ws_elems else 3) + ([] if ws_elems else [("q", 0), ("q", 0)])
-        layout += [("q", dims[0]), (("i" if flat else "q"), dims[1]), "a", "b", ("q", tail[0])]
-    _register(key, lambda: _Launch(k, grid, block, layout, f32, ws=ws_elems or 0, ny=ny))
+        layout += [("q", dims[0]), (("i" if flat else "q"), dims[1]), "f", "f", ("q", tail[0])]
+    _register(key, lambda: _Plan(k, grid, block, layout, dtype, ws=ws_elems or 0, ny=ny))
     return y
 
 
-def ger(alpha, x, y, A):
-    """Rank-1 update in place: ``A += alpha * outer(x, y)``.
-
-    NumPy arrays use SciPy's BLAS (``sger``/``dger``); CuPy arrays use sknn_gpu's
-    tiled CUDA kernel.
-
-    Parameters
-    ----------
-    alpha : float
-        Scale factor.
-    x : ndarray of shape (m,)
-        Contiguous vector, same dtype and device as ``A``.
-    y : ndarray of shape (n,)
-        Contiguous vector, same dtype and device as ``A``.
-    A : ndarray of shape (m, n), float32 or float64
-        C- or Fortran-contiguous matrix, updated in place; it must not overlap
-        ``x`` or ``y``.
-
-    Returns
-    -------
-    A : ndarray
-        The same array, updated.
-
-    Raises
-    ------
-    ValueError
-        Wrong dimensions or shapes, non-contiguous operands, ``A`` overlapping ``x``
-        or ``y``, or a non-finite ``alpha``.
-    TypeError
-        Not float32/float64, mixed dtypes, or mixed NumPy/CuPy operands.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sknn_gpu.linalg import ger
-    >>> A = np.zeros((2, 3))
-    >>> ger(2.0, np.array([1.0, 2.0]), np.array([1.0, 0.0, -1.0]), A)
-    array([[ 2.,  0., -2.],
-           [ 4.,  0., -4.]])
-    """
-    if type(A) is _ND:  # CuPy: a call signature validated before launches at once
-        out = _ger_fast(alpha, x, y, A)
-        if out is not None:
-            return out
-    alpha = _check_scalar("alpha", alpha)
-    kind, dtype, fortran = _check_operands("ger", A, [("x", x), ("y", y)])
-    m, n = A.shape
-    if x.shape[0] != m or y.shape[0] != n:
-        raise ValueError(
-            f"ger: A has shape {(m, n)} so x needs length {m} and y length {n}; "
-            f"got {x.shape[0]} and {y.shape[0]}."
-        )
-    if _overlap(A, x, kind) or _overlap(A, y, kind):
-        raise ValueError("ger: A must not overlap x or y (the update would read what it writes).")
-    if m == 0 or n == 0 or alpha == 0.0:
-        return A
-    if kind == "numpy":
-        fn = _blas.sger if dtype == _F32 else _blas.dger
-        if fortran:
-            res = fn(alpha, x, y, a=A, overwrite_a=1)
-            if not np.shares_memory(res, A):
-                A[...] = res
-        else:  # C-contiguous A is the Fortran-contiguous A.T: A.T += alpha * y x^T
-            res = fn(alpha, y, x, a=A.T, overwrite_a=1)
-            if not np.shares_memory(res, A):
-                A[...] = res.T
-        return A
-    return _ger_gpu(alpha, x, y, A, fortran)
-
-
-def _ger_plan(dev, n_sm, mm, nn, dtype, vector):
+def _ger_plan(lim, mm, nn, dtype, vector):
     """Kernel and launch shape of the tiled update of a C-contiguous (mm, nn) matrix.
 
     A block is (bx, 256 / bx) threads: bx threads over the columns (VW of them each),
@@ -649,8 +593,8 @@ def _ger_plan(dev, n_sm, mm, nn, dtype, vector):
     bx = min(256, -(-col_threads // 32) * 32)
     by = 256 // bx
     gx = -(-col_threads // bx)
-    k = _kernel("ger", f"ger_tiled<{_ctype(dtype)},{'true' if vector else 'false'}>", dev)
-    wave = _resident_blocks(k, bx * by) * n_sm
+    k = get_function("ger", f"ger_tiled<{_ctype(dtype)},{'true' if vector else 'false'}>")
+    wave = _resident_blocks(k, bx * by, lim) * lim.sm_count
     gy = int(max(1, min(-(-mm // by), -(-wave // gx), 65535)))
     return k, (gx, gy), (bx, by)
 
@@ -673,10 +617,7 @@ def _ger_fast(alpha, x, y, A):
         return None
     pa, px, py = A.data.ptr, x.data.ptr, y.data.ptr
     dev = _DEVICE()
-    try:
-        rec = _tls.launches.get(_ger_key(A, x, y, pa, px, py, dev))
-    except AttributeError:
-        return None
+    rec = _TABLE.records.get(_ger_key(A, x, y, pa, px, py, dev))
     if rec is None or alpha - alpha != 0:
         return None
     ab = A.nbytes
@@ -694,25 +635,21 @@ def _ger_fast(alpha, x, y, A):
     return A
 
 
-def _ger_gpu(alpha, x, y, A, fortran):
+def _ger_cuda(alpha, x, y, A, fortran):
     cupy = get_cupy()
     _bind_cupy(cupy)
     pa, px, py = A.data.ptr, x.data.ptr, y.data.ptr
-    dev, n_sm, _ = _device_info(cupy)
+    lim = device_limits()
+    dev = lim.device_id
     key = _ger_key(A, x, y, pa, px, py, dev) if _LAUNCH is not None else None
     At, xx, yy = (A.T, y, x) if fortran else (A, x, y)
     mm, nn = At.shape
     f32 = A.dtype == _F32
     vector = (nn % (4 if f32 else 2) == 0) and ((pa | px | py) & 15) == 0
     pkey = ("ger", dev, mm, nn, f32, vector)
-    plan = _plan_cache.get(pkey)
-    if plan is None:
-        if len(_plan_cache) > 4096:
-            _plan_cache.clear()
-        plan = _plan_cache[pkey] = _ger_plan(dev, n_sm, mm, nn, A.dtype, vector)
-    k, grid, block = plan
+    k, grid, block = _cached_plan(pkey, _ger_plan, lim, mm, nn, A.dtype, vector)
     scal = np.float32 if f32 else np.float64
     k(grid, block, (At, xx, yy, np.int64(mm), np.int64(nn), scal(alpha)))
-    layout = ["p", "p", "p", ("q", mm), ("q", nn), "a"]
-    _register(key, lambda: _Launch(k, grid, block, layout, f32, swap=fortran))
+    layout = ["p", "p", "p", ("q", mm), ("q", nn), "f"]
+    _register(key, lambda: _Plan(k, grid, block, layout, A.dtype, swap=fortran))
     return A

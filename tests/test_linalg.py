@@ -230,7 +230,7 @@ def test_gpu_calls_use_cached_driver_launch(rng):
     gemv(A, x)
     ger(1.0, cupy.zeros(96, np.float32), x, A)
     if linalg._LAUNCH is not None:  # a CuPy with cuLaunchKernel: the second call is the fast one
-        assert len(linalg._launches()) >= 2
+        assert len(linalg._TABLE.records) >= 2
         assert linalg._gemv_fast(A, x, None, 1.0, 0.0, False) is not None
 
 
@@ -312,3 +312,70 @@ def test_transposed_split_rule(m, col_blocks, want):
     from sknn_gpu.linalg import _t_cols_nsplit
 
     assert _t_cols_nsplit(m, col_blocks, wave=1056) == want
+
+
+# ------------------------------------------------------------- the cached launch facility (no GPU needed)
+class _FakeKernel:
+    """What :class:`Launch` reads from a CuPy RawKernel: ``kernel.ptr``."""
+
+    class kernel:  # noqa: N801 - mirrors RawKernel.kernel
+        ptr = 0x1234
+
+
+@pytest.mark.parametrize("f32", [False, True])
+def test_launch_record_argument_block(monkeypatch, f32):
+    import ctypes
+
+    from sknn_gpu._kernels import _launch
+
+    calls = []
+    monkeypatch.setattr(_launch, "_driver", lambda *args: calls.append(args))
+    layout = ["p", ("q", 2**40 + 7), "f", ("i", -3), "f", "p"]
+    rec = _launch.Launch(_FakeKernel, (3, 2), (64,), layout, f32, shared_mem=96)
+    assert len(rec.floats) == 2
+    rec.slots[0], rec.slots[5] = 0xDEADBEEF, 0xFEED
+    rec.floats[0].value, rec.floats[1].value = 2.5, -1.25
+    rec.launch(77)
+    ((fptr, gx, gy, gz, bx, by, bz, smem, stream, paddr, extra),) = calls
+    assert (fptr, gx, gy, gz, bx, by, bz, smem, stream, extra) == (0x1234, 3, 2, 1, 64, 1, 1, 96, 77, 0)
+    # the driver reads argument i through params[i], which points at slot i
+    params = (ctypes.c_void_p * len(layout)).from_address(paddr)
+    base = ctypes.addressof(rec.slots)
+    assert [params[i] for i in range(len(layout))] == [base + 8 * i for i in range(len(layout))]
+    ftype = ctypes.c_float if f32 else ctypes.c_double
+    read = [
+        ctypes.c_uint64.from_address(params[0]).value,
+        ctypes.c_int64.from_address(params[1]).value,
+        ftype.from_address(params[2]).value,
+        ctypes.c_int32.from_address(params[3]).value,
+        ftype.from_address(params[4]).value,
+        ctypes.c_uint64.from_address(params[5]).value,
+    ]
+    assert read == [0xDEADBEEF, 2**40 + 7, 2.5, -3, -1.25, 0xFEED]
+    with pytest.raises(ValueError, match="unknown launch layout entry"):
+        _launch.Launch(_FakeKernel, (1,), (1,), ["x"], f32)
+
+
+def test_launch_table_is_per_thread_and_bounded(monkeypatch):
+    import threading
+
+    from sknn_gpu._kernels import _launch
+
+    monkeypatch.setattr(_launch, "_driver", lambda *args: None)
+    table = _launch.LaunchTable(limit=3)
+    for i in range(4):
+        table.register(i, lambda: f"record {i}")  # noqa: B023
+    assert table.records == {0: "record 0", 1: "record 1", 2: "record 2", 3: "record 3"}
+    table.register(4, lambda: "record 4")  # over the limit: the table starts again
+    assert table.records == {4: "record 4"}
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(dict(table.records)))
+    t.start()
+    t.join()
+    assert seen == [{}]  # another thread has its own (empty) table
+    table.register(5, lambda: 1 / 0)  # a record that cannot be built is skipped
+    assert 5 not in table.records
+    monkeypatch.setattr(_launch, "_driver", None)  # no cuLaunchKernel: nothing is stored
+    table.clear()
+    table.register(6, lambda: "record 6")
+    assert table.records == {}

@@ -148,6 +148,29 @@ __global__ void gemv_block_row(const T* __restrict__ A, const T* __restrict__ x,
 }
 
 // ---------------------------------------------------------------- transposed
+// gemv_t_cols, row ty == 0 of a block: sum the 8 row lanes of sm for the thread's VW
+// columns and store them, finished, into y or (to_ws) raw into ws[split * n + c], the
+// split's row of the workspace.
+template <typename T, int VW, int C>
+__device__ __forceinline__ void t_cols_store(const T (&sm)[8][C], const int tx, const long long col, const long long n,
+                                             T* y, T* ws, const bool to_ws, const long long split, const T alpha,
+                                             const T beta)
+{
+    for (int v = 0; v < VW; ++v) {
+        const long long c = col + v;
+        if (c < n) {
+            T s = (T)0;
+#pragma unroll
+            for (int k = 0; k < 8; ++k) s += sm[k][tx * VW + v];
+            if (!to_ws) {
+                y[c] = finish(s, alpha, beta, y, c);
+            } else {
+                ws[split * n + c] = s;
+            }
+        }
+    }
+}
+
 // block (32, 8); blockIdx.x: group of 32*VW columns; blockIdx.y: range of rows.
 template <typename T, bool VECTOR>
 __global__ void gemv_t_cols(const T* __restrict__ A, const T* __restrict__ x, T* __restrict__ y,
@@ -186,20 +209,8 @@ __global__ void gemv_t_cols(const T* __restrict__ A, const T* __restrict__ x, T*
 #pragma unroll
     for (int v = 0; v < VW; ++v) sm[ty][tx * VW + v] = acc[v];
     __syncthreads();
-    if (ty == 0) {
-        for (int v = 0; v < VW; ++v) {
-            const long long c = col + v;
-            if (c < n) {
-                T s = (T)0;
-#pragma unroll
-                for (int k = 0; k < 8; ++k) s += sm[k][tx * VW + v];
-                if (gridDim.y == 1) {
-                    y[c] = finish(s, alpha, beta, y, c);
-                } else {
-                    ws[(long long)blockIdx.y * n + c] = s;
-                }
-            }
-        }
+    if (ty == 0) {  // unsplit: the result; split: this split's partial sums
+        t_cols_store<T, VW>(sm, tx, col, n, y, ws, gridDim.y != 1, (long long)blockIdx.y, alpha, beta);
     }
     if (gridDim.y == 1) return;
     __threadfence();
@@ -225,15 +236,7 @@ __global__ void gemv_t_cols(const T* __restrict__ A, const T* __restrict__ x, T*
     for (int v = 0; v < VW; ++v) sm[ty][tx * VW + v] = part[v];
     __syncthreads();
     if (ty == 0) {
-        for (int v = 0; v < VW; ++v) {
-            const long long c = col + v;
-            if (c < n) {
-                T s = (T)0;
-#pragma unroll
-                for (int k = 0; k < 8; ++k) s += sm[k][tx * VW + v];
-                y[c] = finish(s, alpha, beta, y, c);
-            }
-        }
+        t_cols_store<T, VW>(sm, tx, col, n, y, ws, false, 0, alpha, beta);
         if (tx == 0) cnt[blockIdx.x] = 0u;
     }
 }
