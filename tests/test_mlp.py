@@ -286,3 +286,66 @@ def test_cupy_in_cupy_out(digits):
     np.testing.assert_array_equal(pred.get(), clf.predict(Xte))
     with pytest.raises(ValueError, match="NaN"):
         clf.predict(cupy.full((2, 64), cupy.nan))
+
+
+# ------------------------------------------------------------------ issue 12: named solver and state
+def test_solver_codes_match_the_kernel_template():
+    """Solver values are mlp.cu's SOLVER template argument; ACT/OUT codes are its ACT/OUT."""
+    import re
+
+    from sknn_gpu._kernels import load_source
+    from sknn_gpu.neural_network._base import Solver
+    from sknn_gpu.neural_network._mlp_cuda import ACT_CODES, OUT_CODES
+
+    src = load_source("mlp")
+    solver_line = re.search(r"// SOLVER: (.*)", src).group(1)
+    assert solver_line == "0 sgd without momentum, 1 sgd with momentum, 2 sgd with Nesterov momentum, 3 adam."
+    assert [int(s) for s in Solver] == [0, 1, 2, 3]
+    assert Solver.from_params("sgd", 0.0, True) is Solver.SGD
+    assert Solver.from_params("sgd", 0.9, False) is Solver.MOMENTUM
+    assert Solver.from_params("sgd", 0.9, True) is Solver.NESTEROV
+    assert Solver.from_params("adam", 0.9, True) is Solver.ADAM
+    assert [s.n_moments for s in Solver] == [0, 1, 1, 2]
+    act_line = re.search(r"// ACT \(hidden activation\): (.*)", src).group(1)
+    assert act_line == ", ".join(f"{v} {k}" for k, v in ACT_CODES.items()) + "."
+    out_line = re.search(r"// OUT \(output activation\): +(.*)", src).group(1)
+    assert out_line == ", ".join(f"{v} {k}" for k, v in OUT_CODES.items()) + "."
+
+
+@pytest.mark.parametrize("solver_kw", [dict(solver="adam"), dict(solver="sgd", momentum=0.9)])
+def test_optimizer_state_survives_pickling_between_partial_fits(digits, solver_kw):
+    """partial_fit after a pickle round trip continues exactly where it stopped."""
+    from sknn_gpu.neural_network._base import OptimizerState
+
+    Xtr, _, ytr, _ = digits
+    classes = np.unique(ytr)
+    a = GPUMLPClassifier((12,), random_state=0, device="cpu", **solver_kw)
+    a.partial_fit(Xtr[:400], ytr[:400], classes=classes)
+    opt = a._optimizer
+    assert isinstance(opt, OptimizerState) and opt.moment1.shape == (64 * 12 + 12 * 10 + 12 + 10,)
+    assert (opt.moment2 is not None) == (solver_kw["solver"] == "adam")
+    assert opt.t == (2 if solver_kw["solver"] == "adam" else 0)  # Adam counts its updates: 400 / 200
+    b = pickle.loads(pickle.dumps(a))
+    for est in (a, b):
+        est.partial_fit(Xtr[400:], ytr[400:])
+    for u, v in zip(a.coefs_ + a.intercepts_, b.coefs_ + b.intercepts_):
+        np.testing.assert_array_equal(u, v)
+    np.testing.assert_array_equal(a._optimizer.moment1, b._optimizer.moment1)
+
+
+def test_trainer_is_chosen_once_from_device(digits, monkeypatch):
+    from sknn_gpu.neural_network import _mlp
+    from sknn_gpu.neural_network._mlp_cpu import CPUTrainer
+
+    built = []
+
+    class Counting(CPUTrainer):
+        def __init__(self, *args, **kwargs):
+            built.append(self)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setitem(_mlp._TRAINERS, "cpu", Counting)
+    Xtr, _, ytr, _ = digits
+    clf = GPUMLPClassifier((6,), max_iter=4, random_state=0, device="cpu").fit(Xtr, ytr)
+    assert len(built) == 1 and built[0].device == clf.device_ == "cpu"
+    assert set(_mlp._TRAINERS) == {"cpu", "cuda"}

@@ -58,6 +58,41 @@ __device__ __forceinline__ T wsum(T v)
     return v;
 }
 
+// Logit c of a row: z[c], plus the bias b[c] when BIAS.
+template <typename T, bool BIAS>
+__device__ __forceinline__ T logit(const T* z, const T* b, const int c)
+{
+    return BIAS ? z[c] + b[c] : z[c];
+}
+
+// One row of logits through the output activation (OUT), shared by out_delta and
+// mlp_sgd1: returns the row's log-loss against the 0/1 targets y (in double) and writes
+// the output delta p - y into d. d may be z itself: each z[c] is read before d[c] is written.
+template <typename T, int OUT, bool BIAS>
+__device__ __forceinline__ double out_loss_delta(const T* z, const T* b, const T* y, T* d, const int cols)
+{
+    double l = 0.0;
+    if (OUT == 0) {
+        T mx = logit<T, BIAS>(z, b, 0);
+        for (int c = 1; c < cols; ++c) { const T v = logit<T, BIAS>(z, b, c); mx = v > mx ? v : mx; }
+        T tot = (T)0;
+        for (int c = 0; c < cols; ++c) { const T e = exp(logit<T, BIAS>(z, b, c) - mx); d[c] = e; tot += e; }
+        for (int c = 0; c < cols; ++c) {
+            const T p = d[c] / tot;
+            if (y[c] != (T)0) l -= (double)y[c] * log((double)clip01(p));
+            d[c] = p - y[c];
+        }
+    } else {
+        for (int c = 0; c < cols; ++c) {
+            const T p = (T)1 / ((T)1 + exp(-logit<T, BIAS>(z, b, c)));
+            const T pc = clip01(p);
+            l -= (double)y[c] * log((double)pc) + (1.0 - (double)y[c]) * log(1.0 - (double)pc);
+            d[c] = p - y[c];
+        }
+    }
+    return l;
+}
+
 // One optimizer step on registers (SOLVER fixed at compile time): returns the new
 // weight and updates the state a (velocity / first moment) and b (second moment).
 // lr is the plain rate for sgd and the bias-corrected rate for adam.
@@ -257,25 +292,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         __syncthreads();
         // (4) output activation, loss, output delta (thread 0; n_out is small)
         if (tid == 0) {
-            double loss = 0.0;
-            if (OUT == 0) {
-                T mx = zs[0];
-                for (int c = 1; c < n_out; ++c) mx = zs[c] > mx ? zs[c] : mx;
-                T tot = (T)0;
-                for (int c = 0; c < n_out; ++c) { const T e = exp(zs[c] - mx); d2[c] = e; tot += e; }
-                for (int c = 0; c < n_out; ++c) {
-                    const T p = d2[c] / tot;
-                    if (ys[c] != (T)0) loss -= (double)ys[c] * log((double)clip01(p));
-                    d2[c] = p - ys[c];
-                }
-            } else {
-                for (int c = 0; c < n_out; ++c) {
-                    const T p = (T)1 / ((T)1 + exp(-zs[c]));
-                    const T pc = clip01(p);
-                    loss -= (double)ys[c] * log((double)pc) + (1.0 - (double)ys[c]) * log(1.0 - (double)pc);
-                    d2[c] = p - ys[c];
-                }
-            }
+            double loss = out_loss_delta<T, OUT, false>(zs, zs, ys, d2, n_out);
             loss += 0.5 * alpha_d * (double)zs[n_out];
             loss_acc += loss;
         }
@@ -302,6 +319,19 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
 }
 
 // ------------------------------------------------------------------ minibatch helpers
+// Sum v over the block (red: blockDim.x doubles of shared memory, blockDim.x a power of
+// two) in a fixed tree order, and add the block's total to *out.
+__device__ __forceinline__ void block_add(const double v, double* red, double* out)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int off = blockDim.x / 2; off > 0; off >>= 1) {
+        if ((int)threadIdx.x < off) red[threadIdx.x] += red[threadIdx.x + off];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) atomicAdd(out, red[0]);
+}
+
 // Z (rows, cols) += b, then the hidden activation, in place.
 template <typename T, int ACT>
 __global__ void bias_act(T* __restrict__ Z, const T* __restrict__ b, const long long rows, const long long cols)
@@ -324,33 +354,9 @@ __global__ void out_delta(T* __restrict__ Z, const T* __restrict__ b, const T* _
     double l = 0.0;
     if (r < rows) {
         T* z = Z + r * cols;
-        const T* y = Y + r * cols;
-        if (OUT == 0) {
-            T mx = z[0] + b[0];
-            for (int c = 1; c < cols; ++c) { const T v = z[c] + b[c]; mx = v > mx ? v : mx; }
-            T tot = (T)0;
-            for (int c = 0; c < cols; ++c) { const T e = exp(z[c] + b[c] - mx); z[c] = e; tot += e; }
-            for (int c = 0; c < cols; ++c) {
-                const T p = z[c] / tot;
-                if (y[c] != (T)0) l -= (double)y[c] * log((double)clip01(p));
-                z[c] = p - y[c];
-            }
-        } else {
-            for (int c = 0; c < cols; ++c) {
-                const T p = (T)1 / ((T)1 + exp(-(z[c] + b[c])));
-                const T pc = clip01(p);
-                l -= (double)y[c] * log((double)pc) + (1.0 - (double)y[c]) * log(1.0 - (double)pc);
-                z[c] = p - y[c];
-            }
-        }
+        l = out_loss_delta<T, OUT, true>(z, b, Y + r * cols, z, cols);
     }
-    red[threadIdx.x] = l;
-    __syncthreads();
-    for (int off = blockDim.x / 2; off > 0; off >>= 1) {
-        if ((int)threadIdx.x < off) red[threadIdx.x] += red[threadIdx.x + off];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) atomicAdd(loss, red[0]);
+    block_add(l, red, loss);
 }
 
 // D *= f'(H) elementwise (H is the hidden activation output).
@@ -386,11 +392,5 @@ __global__ void params_update(T* __restrict__ W, const T* __restrict__ G, T* __r
         }
         W[k] = opt_step<T, SOLVER>(w, g, SA, SB, k, lr, mu, b1, b2, eps);
     }
-    red[threadIdx.x] = sq;
-    __syncthreads();
-    for (int off = blockDim.x / 2; off > 0; off >>= 1) {
-        if ((int)threadIdx.x < off) red[threadIdx.x] += red[threadIdx.x + off];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) atomicAdd(sumsq, red[0]);
+    block_add(sq, red, sumsq);
 }

@@ -1,6 +1,11 @@
 """GPUMLPClassifier: scikit-learn's MLPClassifier (sgd/adam) on NumPy or on our CUDA kernels.
 
-Both devices run the same update rules on the same parameter layout:
+This module is the estimator: parameters, validation, the epoch loop with its stopping
+rules, and prediction. The training steps run in a trainer chosen once from
+``device_``: :class:`~._mlp_cpu.CPUTrainer` (NumPy, the reference) or
+:class:`~._mlp_cuda.CUDATrainer` (CuPy + ``_kernels/mlp.cu``), both behind the interface
+of :class:`~._base.Trainer`. Both devices run the same update rules on the same
+parameter layout:
 
 * all coefficients and intercepts live in ONE flat buffer (coefficients first, each
   ``(fan_in, fan_out)`` row-major, then intercepts) with optimizer state of the same
@@ -20,7 +25,6 @@ the samples in the same order.
 
 from __future__ import annotations
 
-import math
 import warnings
 from numbers import Integral, Real
 
@@ -39,101 +43,17 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from .._backend import (
     array_module,
     check_memory,
-    get_cupy,
     is_device_array,
     same_type_as_input,
-    sm_count,
     to_device,
     to_host,
 )
 from ..base import DeviceMixin
+from ._base import Layout, OptimizerState, Solver, TrainConfig, forward
+from ._mlp_cpu import CPUTrainer
+from ._mlp_cuda import CUDATrainer
 
 __all__ = ["GPUMLPClassifier"]
-
-_ACT = {"identity": 0, "logistic": 1, "tanh": 2, "relu": 3}
-_OUT = {"softmax": 0, "logistic": 1}
-_FUSED_MAX_OUT = 1024
-
-
-# ---------------------------------------------------------------------------- helpers
-def _solver_code(solver, momentum, nesterov):
-    if solver == "adam":
-        return 3
-    if momentum == 0:
-        return 0
-    return 2 if nesterov else 1
-
-
-def _np_act(Z, act):
-    """Hidden activation in place (NumPy or CuPy array)."""
-    xp = _xp(Z)
-    if act == "logistic":
-        xp.negative(Z, out=Z)
-        xp.exp(Z, out=Z)
-        Z += 1
-        xp.reciprocal(Z, out=Z)
-    elif act == "tanh":
-        xp.tanh(Z, out=Z)
-    elif act == "relu":
-        xp.maximum(Z, 0, out=Z)
-    return Z
-
-
-_xp = array_module
-
-
-def _np_act_grad(D, H, act):
-    """D *= f'(H) in place, with H the activation's output."""
-    if act == "logistic":
-        D *= H * (1 - H)
-    elif act == "tanh":
-        D *= 1 - H * H
-    elif act == "relu":
-        D[H == 0] = 0
-    return D
-
-
-def _out_act(Z, out):
-    xp = _xp(Z)
-    if out == "softmax":
-        Z -= Z.max(axis=1, keepdims=True)
-        xp.exp(Z, out=Z)
-        Z /= Z.sum(axis=1, keepdims=True)
-    else:
-        _np_act(Z, "logistic")
-    return Z
-
-
-def _batch_log_loss(P, Y, out):
-    """Summed (not averaged) log-loss of probabilities P against 0/1 targets Y (NumPy)."""
-    eps = np.finfo(P.dtype).eps
-    Pc = np.clip(P, eps, 1 - eps)
-    if out == "softmax":
-        return -float(np.sum(np.log(Pc, dtype=np.float64) * Y))
-    return -float(np.sum(Y * np.log(Pc, dtype=np.float64) + (1 - Y) * np.log(1 - Pc, dtype=np.float64)))
-
-
-class _Layout:
-    """Offsets of every layer's coefficients and intercepts in the flat buffer."""
-
-    def __init__(self, units):
-        self.units = list(units)
-        self.coef = []
-        off = 0
-        for a, b in zip(units[:-1], units[1:]):
-            self.coef.append((off, off + a * b, (a, b)))
-            off += a * b
-        self.n_coef = off
-        self.inter = []
-        for b in units[1:]:
-            self.inter.append((off, off + b))
-            off += b
-        self.size = off
-
-    def views(self, flat):
-        coefs = [flat[s:e].reshape(shape) for s, e, shape in self.coef]
-        inters = [flat[s:e] for s, e in self.inter]
-        return coefs, inters
 
 
 # ---------------------------------------------------------------------------- estimator
@@ -402,9 +322,8 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         y : ndarray of shape (n_samples,) or (n_samples, n_classes)
             Predicted labels, the same array type as ``X``.
         """
-        check_is_fitted(self)
-        P = self._forward(X)
-        return same_type_as_input(self._labels_from_output(to_host(P)), X)
+        labels = self._labels_from_output(to_host(self._forward(X)))
+        return same_type_as_input(labels, X)
 
     def predict_proba(self, X):
         """Class probabilities.
@@ -412,18 +331,16 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Samples (NumPy or CuPy).
+            Samples to score, NumPy or CuPy.
 
         Returns
         -------
         proba : ndarray of shape (n_samples, n_classes)
             Probabilities ordered as ``classes_``, the same array type as ``X``.
         """
-        check_is_fitted(self)
         P = self._forward(X)
         if self.n_outputs_ == 1:
-            xp = _xp(P)
-            P = xp.concatenate([1 - P, P], axis=1)
+            P = array_module(P).concatenate([1 - P, P], axis=1)
         return same_type_as_input(P, X)
 
     def predict_log_proba(self, X):
@@ -432,15 +349,15 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            Samples.
+            The samples, as for :meth:`predict_proba`.
 
         Returns
         -------
         log_proba : ndarray of shape (n_samples, n_classes)
-            ``log(predict_proba(X))``.
+            ``log(predict_proba(X))``, the same array type as ``predict_proba`` returns.
         """
         P = self.predict_proba(X)
-        return _xp(P).log(P)
+        return array_module(P).log(P)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -540,6 +457,15 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             )
         return self
 
+    def _batch_size(self, n_samples, warn=True):
+        if self.batch_size == "auto":
+            return min(200, n_samples)
+        if warn and self.batch_size > n_samples:
+            warnings.warn(
+                "Got `batch_size` less than 1 or larger than sample size. It is going to be clipped"
+            )
+        return int(np.clip(self.batch_size, 1, n_samples))
+
     def _initialize(self, Y, units, dtype):
         self.n_iter_ = 0
         self.t_ = 0
@@ -567,21 +493,12 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             self.validation_scores_ = None
             self.best_validation_score_ = None
 
-    def _new_optimizer(self, size, dtype):
-        solver = _solver_code(self.solver, self.momentum, self.nesterovs_momentum)
-        return {
-            "solver": solver,
-            "lr": float(self.learning_rate_init),
-            "t": 0,
-            "sa": np.zeros(size, dtype=dtype) if solver >= 1 else None,
-            "sb": np.zeros(size, dtype=dtype) if solver == 3 else None,
-        }
-
     def _fit_stochastic(self, X, Y, units, incremental):
-        layout = _Layout(units)
+        layout = Layout(units)
         dtype = X.dtype
         if not incremental or not hasattr(self, "_optimizer"):
-            self._optimizer = self._new_optimizer(layout.size, dtype)
+            solver = Solver.from_params(self.solver, self.momentum, self.nesterovs_momentum)
+            self._optimizer = OptimizerState.new(solver, self.learning_rate_init, layout.size, dtype)
         opt = self._optimizer
         if self.early_stopping and incremental:
             raise ValueError("partial_fit does not support early_stopping=True")
@@ -597,24 +514,17 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
                     "The validation set is too small. Increase 'validation_fraction' or the size of "
                     "your dataset."
                 )
-            X_val = X[to_device(idx_val, "cuda") if is_device_array(X) else idx_val]
+            on_device = is_device_array(X)  # index a CuPy X with device indices
+            X_val = X[to_device(idx_val, "cuda") if on_device else idx_val]
             y_val = self._label_binarizer.inverse_transform(Y[idx_val])
-            X = X[to_device(idx_train, "cuda") if is_device_array(X) else idx_train]
+            X = X[to_device(idx_train, "cuda") if on_device else idx_train]
             Y = Y[idx_train]
         else:
             X_val = y_val = None
         n_samples = X.shape[0]
-        if self.batch_size == "auto":
-            batch_size = min(200, n_samples)
-        else:
-            if self.batch_size > n_samples:
-                warnings.warn(
-                    "Got `batch_size` less than 1 or larger than sample size. It is going to be clipped"
-                )
-            batch_size = int(np.clip(self.batch_size, 1, n_samples))
+        batch_size = self._batch_size(n_samples)
 
         device = self.device_
-        xp = np if device == "cpu" else get_cupy()
         itemsize = np.dtype(dtype).itemsize
         widest = max(units)
         need = itemsize * (
@@ -628,20 +538,9 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         check_memory(need, device, what="GPUMLPClassifier training")
         Xd = to_device(np.ascontiguousarray(X) if isinstance(X, np.ndarray) else X, device)
         Yd = to_device(np.ascontiguousarray(Y), device)
-        flat = xp.empty(layout.size, dtype=dtype)
-        coefs_v, inters_v = layout.views(flat)
-        for v, c in zip(coefs_v + inters_v, self.coefs_ + self.intercepts_):
-            v[...] = to_device(c, device)
-        sa = to_device(opt["sa"], device) if opt["sa"] is not None else None
-        sb = to_device(opt["sb"], device) if opt["sb"] is not None else None
-        ctx = _Context(self, layout, flat, sa, sb, dtype, device, batch_size)
-        if early_stopping:
-            best_flat = xp.empty_like(flat)
-            best_src = [*self._best_coefs, *self._best_intercepts]
-            for v, c in zip(layout.views(best_flat)[0] + layout.views(best_flat)[1], best_src):
-                v[...] = to_device(c, device)
-        else:
-            best_flat = None
+        config = TrainConfig.of(self)
+        trainer = _TRAINERS[device](layout, config, self.coefs_, self.intercepts_, opt, batch_size)
+        best = layout.pack(self._best_coefs, self._best_intercepts, device) if early_stopping else None
 
         sample_idx = np.arange(n_samples, dtype=np.int64)
         try:
@@ -650,7 +549,7 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
                 if self.shuffle:
                     sample_idx = self._random_state.permutation(sample_idx)
                     sample_idx = sample_idx.astype(np.int64, copy=False)
-                total = ctx.epoch(Xd, Yd, sample_idx if self.shuffle else None, opt)
+                total = trainer.epoch(Xd, Yd, sample_idx if self.shuffle else None, opt)
                 self.n_iter_ += 1
                 self.loss_ = total / n_samples
                 self.t_ += n_samples
@@ -658,7 +557,7 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
                 if self.verbose:
                     print(f"Iteration {self.n_iter_}, loss = {self.loss_:.8f}")
                 if early_stopping:
-                    score = self._val_score(ctx, X_val, y_val)
+                    score = self._val_score(trainer, X_val, y_val)
                     self.validation_scores_.append(score)
                     if self.verbose:
                         print(f"Validation score: {score:f}")
@@ -668,7 +567,7 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
                         self._no_improvement_count = 0
                     if score > self.best_validation_score_:
                         self.best_validation_score_ = score
-                        best_flat[...] = flat
+                        best[...] = trainer.flat
                 else:
                     if self.loss_curve_[-1] > self.best_loss_ - self.tol:
                         self._no_improvement_count += 1
@@ -676,19 +575,14 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
                         self._no_improvement_count = 0
                     if self.loss_curve_[-1] < self.best_loss_:
                         self.best_loss_ = self.loss_curve_[-1]
-                if opt["solver"] != 3 and self.learning_rate == "invscaling":
-                    opt["lr"] = float(self.learning_rate_init) / (self.t_ + 1) ** self.power_t
+                if opt.solver != Solver.ADAM and self.learning_rate == "invscaling":
+                    opt.lr = float(self.learning_rate_init) / (self.t_ + 1) ** self.power_t
                 if self._no_improvement_count > self.n_iter_no_change:
-                    if early_stopping:
-                        msg = (
-                            f"Validation score did not improve more than tol={self.tol:f} for "
-                            f"{self.n_iter_no_change} consecutive epochs."
-                        )
-                    else:
-                        msg = (
-                            f"Training loss did not improve more than tol={self.tol:f} for "
-                            f"{self.n_iter_no_change} consecutive epochs."
-                        )
+                    what = "Validation score" if early_stopping else "Training loss"
+                    msg = (
+                        f"{what} did not improve more than tol={self.tol:f} for "
+                        f"{self.n_iter_no_change} consecutive epochs."
+                    )
                     if self._trigger_stopping(opt, msg):
                         break
                     self._no_improvement_count = 0
@@ -704,55 +598,47 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             warnings.warn("Training interrupted by user.")
 
         # back to the host: the public attributes are NumPy arrays
-        host_flat = to_host(flat)
-        c_h, i_h = layout.views(host_flat.copy())
-        self.coefs_, self.intercepts_ = list(c_h), list(i_h)
-        opt["sa"] = to_host(ctx.sa) if ctx.sa is not None else None
-        opt["sb"] = to_host(ctx.sb) if ctx.sb is not None else None
+        self.coefs_, self.intercepts_ = layout.unpack(trainer.flat)
+        trainer.save_optimizer(opt)
         if early_stopping:
-            bc, bi = layout.views(to_host(best_flat).copy())
-            self._best_coefs, self._best_intercepts = list(bc), list(bi)
+            self._best_coefs, self._best_intercepts = layout.unpack(best)
             self.coefs_ = [c.copy() for c in self._best_coefs]
             self.intercepts_ = [i.copy() for i in self._best_intercepts]
 
     def _trigger_stopping(self, opt, msg):
-        if opt["solver"] == 3 or self.learning_rate != "adaptive":
+        if opt.solver == Solver.ADAM or self.learning_rate != "adaptive":
             if self.verbose:
                 print(msg + " Stopping.")
             return True
-        if opt["lr"] <= 1e-6:
+        if opt.lr <= 1e-6:
             if self.verbose:
                 print(msg + " Learning rate too small. Stopping.")
             return True
-        opt["lr"] /= 5.0
+        opt.lr /= 5.0
         if self.verbose:
-            print(msg + f" Setting learning rate to {opt['lr']:f}")
+            print(msg + f" Setting learning rate to {opt.lr:f}")
         return False
 
-    def _val_score(self, ctx, X_val, y_val):
-        coefs, inters = ctx.layout.views(ctx.flat)
-        P = _forward_arrays(
-            to_device(X_val, ctx.device), coefs, inters, self.activation, self.out_activation_
-        )
-        P = to_host(P)
+    def _val_score(self, trainer, X_val, y_val):
+        P = trainer.output(X_val)
         if not np.isfinite(P).all():
             return np.nan
         return accuracy_score(y_val, self._labels_from_output(P))
 
     # ------------------------------------------------------------------ prediction
     def _forward(self, X):
+        """Output-layer activations of ``X`` on ``device_`` (NumPy or CuPy)."""
+        check_is_fitted(self)
         X = self._check_X(X, reset=False)
-        if self.device_ == "cuda":
-            coefs = self._device_copy("coefs_")
-            inters = self._device_copy("intercepts_")
-            Xd = to_device(X, "cuda")
-            if Xd.dtype != coefs[0].dtype:
-                Xd = Xd.astype(coefs[0].dtype)
-            return _forward_arrays(Xd, coefs, inters, self.activation, self.out_activation_)
-        Xh = to_host(X)
-        if Xh.dtype != self.coefs_[0].dtype:
-            Xh = Xh.astype(self.coefs_[0].dtype)
-        return _forward_arrays(Xh, self.coefs_, self.intercepts_, self.activation, self.out_activation_)
+        dtype = self.coefs_[0].dtype
+        if self.device_ == "cuda":  # coefs_ are NumPy by contract: a cached device copy
+            coefs, inters = self._device_copy("coefs_"), self._device_copy("intercepts_")
+        else:
+            coefs, inters = self.coefs_, self.intercepts_
+        X = to_device(X, self.device_)
+        if X.dtype != dtype:
+            X = X.astype(dtype)
+        return forward(X, coefs, inters, self.activation, self.out_activation_)
 
     def _labels_from_output(self, P):
         if self.n_outputs_ == 1:
@@ -760,357 +646,5 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         return self._label_binarizer.inverse_transform(P)
 
 
-def _forward_arrays(X, coefs, inters, activation, out_activation):
-    """Forward pass with NumPy or CuPy arrays; returns the output layer's activations."""
-    xp = _xp(X)
-    A = X
-    last = len(coefs) - 1
-    for i, (W, b) in enumerate(zip(coefs, inters)):
-        A = xp.matmul(A, W)
-        A += b
-        if i != last:
-            _np_act(A, activation)
-    return _out_act(A, out_activation)
-
-
-# ---------------------------------------------------------------------------- one fit call
-class _Context:
-    """Everything one fit/partial_fit call needs to run epochs on its device.
-
-    Never stored on the estimator (it holds device buffers and uses compiled kernels).
-    """
-
-    def __init__(self, est, layout, flat, sa, sb, dtype, device, batch_size):
-        self.est = est
-        self.layout = layout
-        self.flat = flat
-        self.sa = sa
-        self.sb = sb
-        self.dtype = np.dtype(dtype)
-        self.device = device
-        self.batch_size = batch_size
-        self.act = est.activation
-        self.out = est.out_activation_
-        self.alpha = float(est.alpha)
-        self.kernels = est.kernels
-        xp = np if device == "cpu" else get_cupy()
-        self.xp = xp
-        self.grad = xp.empty_like(flat)
-        # views into the flat buffers, made once per fit call
-        self.coefs_v, self.inters_v = layout.views(flat)
-        self.gcoefs_v, self.ginters_v = layout.views(self.grad)
-        self._kcache = {}
-        self.fused = False
-        if device == "cuda":
-            self._acc = xp.zeros(2, dtype=np.float64)
-            self._ones = xp.ones(batch_size, dtype=dtype)
-            if est.kernels == "custom" and batch_size == 1 and len(layout.units) == 3:
-                self.fused_plan = self._plan_fused()
-                self.fused = self.fused_plan is not None
-
-    def _plan_fused(self):
-        """Grid of the fused per-sample kernel, or None when the shape does not fit it."""
-        n_in, n_hid, n_out = self.layout.units
-        if n_out > _FUSED_MAX_OUT:
-            return None
-        n_sm = sm_count()
-        G = int(max(1, min(n_sm, -(-n_hid // 16))))  # at most one block per SM: all resident
-        J = -(-n_hid // G)
-        G = -(-n_hid // J)
-        NW = min(16, J)
-        P = n_out + 1
-        smem = (2 * n_in + 3 * J + NW * P + 5 * n_out + P) * self.dtype.itemsize
-        if smem > 46 * 1024:
-            return None
-        return G, J, NW, smem
-
-    # -------------------------------------------------------------- kernels (GPU)
-    def _k(self, fn):
-        k = self._kcache.get(fn)
-        if k is None:
-            k = self._kcache[fn] = self._load_kernel(fn)
-        return k
-
-    def _load_kernel(self, fn):
-        from .._kernels import get_kernel
-
-        ct = "float" if self.dtype == np.float32 else "double"
-        a, o, s = _ACT[self.act], _OUT[self.out], self.est._optimizer["solver"]
-        names = (
-            f"bias_act<{ct},{a}>",
-            f"out_delta<{ct},{o}>",
-            f"act_deriv<{ct},{a}>",
-            f"params_update<{ct},{s}>",
-            f"mlp_sgd1<{ct},{a},{o},{s}>",
-        )
-        name = {
-            "bias_act": names[0],
-            "out_delta": names[1],
-            "act_deriv": names[2],
-            "params_update": names[3],
-            "mlp_sgd1": names[4],
-        }[fn]
-        return get_kernel("mlp", name, name_expressions=names)
-
-    # -------------------------------------------------------------- epoch
-    def epoch(self, Xd, Yd, order, opt):
-        """One pass over the data; returns the summed loss (sum over samples)."""
-        if self.fused:
-            return self._epoch_fused(Xd, Yd, order, opt)
-        n = Xd.shape[0]
-        xp = self.xp
-        bs = self.batch_size
-        if self.device == "cuda":
-            self._acc.fill(0)
-            acc_host = None
-            if order is not None:  # one gather per epoch, then contiguous slices
-                order_d = xp.asarray(order)
-                Xd, Yd = xp.take(Xd, order_d, axis=0), xp.take(Yd, order_d, axis=0)
-            for start in range(0, n, bs):
-                stop = min(start + bs, n)
-                self._step(Xd[start:stop], Yd[start:stop], opt, acc_host)
-        else:
-            acc_host = np.zeros(2)
-            for start in range(0, n, bs):
-                stop = min(start + bs, n)
-                if order is not None:
-                    idx = order[start:stop]
-                    Xb, Yb = Xd[idx], Yd[idx]
-                else:
-                    Xb, Yb = Xd[start:stop], Yd[start:stop]
-                self._step(Xb, Yb, opt, acc_host)
-        if self.device == "cuda":
-            acc = self._acc.get()
-        else:
-            acc = acc_host
-        return float(acc[0] + 0.5 * self.alpha * acc[1])
-
-    def _matmul(self, A, B, out=None):
-        """A @ B; on the GPU with kernels='custom', single-row products use our GEMV."""
-        if self.device == "cuda" and self.kernels == "custom" and A.shape[0] == 1 and A.flags.c_contiguous:
-            from ..linalg import gemv
-
-            if B.flags.c_contiguous:  # (1, k) @ (k, n) = (B.T @ a)
-                res = gemv(B, A[0], trans=True)
-            else:  # B is the transposed view of a C-contiguous matrix
-                res = gemv(B.T, A[0], trans=False)
-            res = res.reshape(1, -1)
-            if out is not None:
-                out[...] = res
-                return out
-            return res
-        if out is not None:
-            return self.xp.matmul(A, B, out=out)
-        return self.xp.matmul(A, B)
-
-    def _outer_into(self, a_col, D, G):
-        """G = a_col.T @ D (a_col: (B, k), D: (B, n)); rank-1 updates use our GER."""
-        if self.device == "cuda" and self.kernels == "custom" and a_col.shape[0] == 1:
-            from ..linalg import ger
-
-            G.fill(0)
-            ger(1.0, self.xp.ascontiguousarray(a_col[0]), self.xp.ascontiguousarray(D[0]), G)
-            return G
-        return self.xp.matmul(a_col.T, D, out=G)
-
-    def _step(self, Xb, Yb, opt, acc_host):
-        coefs, inters = self.coefs_v, self.inters_v
-        gcoefs, ginters = self.gcoefs_v, self.ginters_v
-        B = Xb.shape[0]
-        acts = [Xb]
-        last = len(coefs) - 1
-        gpu = self.device == "cuda"
-        for i, (W, b) in enumerate(zip(coefs, inters)):
-            Z = self._matmul(acts[-1], W)
-            if i != last:
-                if gpu:
-                    self._launch_elem("bias_act", Z, b)
-                else:
-                    Z += b
-                    _np_act(Z, self.act)
-                acts.append(Z)
-            else:
-                if gpu:
-                    rows, cols = Z.shape
-                    self._k("out_delta")(
-                        (-(-rows // 256),), (256,), (Z, b, Yb, np.int64(rows), np.int32(cols), self._acc)
-                    )
-                else:
-                    Z += b
-                    _out_act(Z, self.out)
-                    acc_host[0] += _batch_log_loss(Z, Yb, self.out)
-                    Z -= Yb
-                D = Z
-        for i in range(last, -1, -1):
-            self._outer_into(acts[i], D, gcoefs[i])
-            if gpu:  # column sums as one GEMV (D.T @ 1): fewer launches than a CuPy reduction
-                from ..linalg import gemv
-
-                gemv(D, self._ones[:B], ginters[i], trans=True)
-            else:
-                D.sum(axis=0, out=ginters[i])
-            if i > 0:
-                D = self._matmul(D, coefs[i].T)
-                if gpu:
-                    self._launch_elem("act_deriv", D, acts[i])
-                else:
-                    _np_act_grad(D, acts[i], self.act)
-        self._update(opt, B, acc_host)
-
-    def _launch_elem(self, fn, A, B):
-        total = A.size
-        grid = int(min(-(-total // 256), 65535))
-        if fn == "bias_act":
-            rows, cols = A.shape
-            self._k(fn)((grid,), (256,), (A, B, np.int64(rows), np.int64(cols)))
-        else:
-            self._k(fn)((grid,), (256,), (A, B, np.int64(total)))
-
-    def _update(self, opt, B, acc_host):
-        solver = opt["solver"]
-        est = self.est
-        lr = opt["lr"]
-        if solver == 3:
-            opt["t"] += 1
-            t = opt["t"]
-            lr = opt["lr"] * math.sqrt(1 - est.beta_2**t) / (1 - est.beta_1**t)
-        W, G = self.flat, self.grad
-        nc = self.layout.n_coef
-        inv_b = 1.0 / B
-        if self.device == "cuda":
-            scal = np.float32 if self.dtype == np.float32 else np.float64
-            dummy = self.sa if self.sa is not None else W
-            total = W.size
-            grid = int(min(-(-total // 256), 1024))
-            self._k("params_update")(
-                (grid,),
-                (256,),
-                (
-                    W,
-                    G,
-                    self.sa if self.sa is not None else dummy,
-                    self.sb if self.sb is not None else dummy,
-                    np.int64(total),
-                    np.int64(nc),
-                    scal(inv_b),
-                    scal(self.alpha),
-                    scal(lr),
-                    scal(est.momentum),
-                    scal(est.beta_1),
-                    scal(est.beta_2),
-                    scal(est.epsilon),
-                    self._acc[1:],
-                ),
-            )
-            return
-        # CPU: the same arithmetic as params_update
-        acc_host[1] += float(np.dot(W[:nc], W[:nc]))
-        g = G * self.dtype.type(inv_b)
-        g[:nc] += self.dtype.type(self.alpha * inv_b) * W[:nc]
-        if solver == 0:
-            W -= self.dtype.type(lr) * g
-        elif solver in (1, 2):
-            mu = self.dtype.type(est.momentum)
-            v = self.sa
-            v *= mu
-            v -= self.dtype.type(lr) * g
-            if solver == 1:
-                W += v
-            else:
-                W += mu * v - self.dtype.type(lr) * g
-        else:
-            b1, b2 = self.dtype.type(est.beta_1), self.dtype.type(est.beta_2)
-            m, v = self.sa, self.sb
-            m *= b1
-            m += (1 - b1) * g
-            v *= b2
-            v += (1 - b2) * (g * g)
-            W -= self.dtype.type(lr) * m / (np.sqrt(v) + self.dtype.type(est.epsilon))
-
-    # -------------------------------------------------------------- fused per-sample
-    def _epoch_fused(self, Xd, Yd, order, opt):
-        cupy = self.xp
-        n_in, n_hid, n_out = self.layout.units
-        n = Xd.shape[0]
-        if order is None:
-            order = np.arange(n, dtype=np.int64)
-        order_d = cupy.asarray(order, dtype=np.int64)
-        coefs, inters = self.layout.views(self.flat)
-        s0, e0, _ = self.layout.coef[0]
-        W1T = cupy.ascontiguousarray(coefs[0].T)
-        W2, b1, b2 = coefs[1], inters[0], inters[1]
-
-        def parts(state):
-            if state is None:
-                return None, None, None, None
-            c, i = self.layout.views(state)
-            return cupy.ascontiguousarray(c[0].T), i[0], c[1], i[1]
-
-        a_W1, a_b1, a_W2, a_b2 = parts(self.sa)
-        b_W1, b_b1, b_W2, b_b2 = parts(self.sb)
-        dummy = cupy.zeros(1, dtype=self.dtype)
-        pick = lambda a: a if a is not None else dummy  # noqa: E731
-        G, J, NW, smem = self.fused_plan
-        P = n_out + 1
-        partials = cupy.empty(2 * G * P, dtype=self.dtype)
-        counter = cupy.zeros(1, dtype=np.uint64)  # grid_barrier.cuh: zeroed once, never reset
-        err = cupy.zeros(1, dtype=np.int32)
-        chunk = int(min(n, (2**31) // G - 2))
-        n_chunks = -(-n // chunk)
-        losses = cupy.zeros(n_chunks, dtype=np.float64)
-        kern = self._k("mlp_sgd1")
-        est = self.est
-        solver = opt["solver"]
-        for ci in range(n_chunks):
-            lo, hi = ci * chunk, min(n, (ci + 1) * chunk)
-            kern(
-                (G,),
-                (32 * NW,),
-                (
-                    Xd,
-                    Yd,
-                    order_d[lo:hi],
-                    np.int64(hi - lo),
-                    np.int32(n_in),
-                    np.int32(n_hid),
-                    np.int32(n_out),
-                    np.int32(J),
-                    W1T,
-                    b1,
-                    W2,
-                    b2,
-                    pick(a_W1),
-                    pick(b_W1),
-                    pick(a_b1),
-                    pick(b_b1),
-                    pick(a_W2),
-                    pick(b_W2),
-                    pick(a_b2),
-                    pick(b_b2),
-                    partials,
-                    counter,
-                    losses[ci:],
-                    err,
-                    np.float64(opt["lr"]),
-                    np.float64(est.momentum),
-                    np.float64(self.alpha),
-                    np.float64(est.beta_1),
-                    np.float64(est.beta_2),
-                    np.float64(est.epsilon),
-                    np.int64(opt["t"]),
-                ),
-                shared_mem=smem,
-            )
-            if solver == 3:
-                opt["t"] += hi - lo
-        from .._kernels import check_barrier_error
-
-        check_barrier_error(
-            err, "GPUMLPClassifier per-sample kernel (use kernels='cublas' or batch_size > 1)"
-        )
-        coefs[0][...] = W1T.T
-        if a_W1 is not None:
-            self.layout.views(self.sa)[0][0][...] = a_W1.T
-        if b_W1 is not None:
-            self.layout.views(self.sb)[0][0][...] = b_W1.T
-        return float(losses.sum().get())
+#: the trainer of each resolved device: the one place the MLP picks its engine
+_TRAINERS = {"cpu": CPUTrainer, "cuda": CUDATrainer}

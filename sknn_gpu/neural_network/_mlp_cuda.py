@@ -1,0 +1,246 @@
+"""The CUDA trainer of GPUMLPClassifier: CuPy arrays and the kernels of ``_kernels/mlp.cu``.
+
+* minibatches: cuBLAS GEMMs through CuPy, then our fused kernels: ``bias_act``
+  (bias + hidden activation), ``out_delta`` (output activation + loss + delta),
+  ``act_deriv`` and ``params_update`` (the optimizer step over all parameters in one
+  launch);
+* ``kernels='custom'`` with single-sample products: our GEMV/GER (:mod:`sknn_gpu.linalg`);
+* ``batch_size=1`` with one hidden layer and ``kernels='custom'``: the persistent kernel
+  ``mlp_sgd1`` trains a chunk of samples in one launch (one grid barrier per sample).
+
+Same update rules and parameter layout as the CPU trainer (``_mlp_cpu``), the reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import device_limits
+from .._kernels import check_barrier_error, get_function
+from ..linalg import gemv, ger
+from ._base import Solver, Trainer
+
+__all__ = ["CUDATrainer"]
+
+#: ``ACT`` and ``OUT`` template arguments of ``_kernels/mlp.cu``
+ACT_CODES = {"identity": 0, "logistic": 1, "tanh": 2, "relu": 3}
+OUT_CODES = {"softmax": 0, "logistic": 1}
+#: widest output layer of the fused per-sample kernel
+_FUSED_MAX_OUT = 1024
+
+
+def _elementwise_grid(total):
+    """Grid of the grid-stride elementwise kernels (256 threads a block)."""
+    return int(min(-(-total // 256), 65535))
+
+
+class CUDATrainer(Trainer):
+    """Minibatch SGD/Adam on CuPy arrays with our kernels (see :class:`~._base.Trainer`)."""
+
+    device = "cuda"
+
+    def __init__(self, layout, config, coefs, intercepts, opt, batch_size):
+        super().__init__(layout, config, coefs, intercepts, opt, batch_size)
+        xp = self.xp
+        self.custom = config.kernels == "custom"
+        self._acc = xp.zeros(2, dtype=np.float64)  # [summed log-loss, summed squared coefficients]
+        self._ones = xp.ones(batch_size, dtype=self.dtype)
+        self.fused_plan = None
+        if self.custom and batch_size == 1 and len(layout.units) == 3:
+            self.fused_plan = self._plan_fused()
+        self.fused = self.fused_plan is not None
+        # the kernels of this call, from the memoized loader
+        ct = "float" if self.dtype == np.float32 else "double"
+        a, o, s = ACT_CODES[config.activation], OUT_CODES[config.out_activation], int(opt.solver)
+        if self.fused:
+            self._k_sgd1 = get_function("mlp", f"mlp_sgd1<{ct},{a},{o},{s}>")
+            return
+        self._k_out_delta = get_function("mlp", f"out_delta<{ct},{o}>")
+        self._k_update = get_function("mlp", f"params_update<{ct},{s}>")
+        if len(layout.units) > 2:
+            self._k_bias_act = get_function("mlp", f"bias_act<{ct},{a}>")
+            self._k_act_deriv = get_function("mlp", f"act_deriv<{ct},{a}>")
+
+    def _plan_fused(self):
+        """Grid of the fused per-sample kernel, or None when the shape does not fit it."""
+        n_in, n_hid, n_out = self.layout.units
+        if n_out > _FUSED_MAX_OUT:
+            return None
+        n_sm = device_limits().sm_count
+        G = int(max(1, min(n_sm, -(-n_hid // 16))))  # at most one block per SM: all resident
+        J = -(-n_hid // G)
+        G = -(-n_hid // J)
+        NW = min(16, J)
+        P = n_out + 1
+        smem = (2 * n_in + 3 * J + NW * P + 5 * n_out + P) * self.dtype.itemsize
+        if smem > 46 * 1024:
+            return None
+        return G, J, NW, smem
+
+    # -------------------------------------------------------------- epoch
+    def epoch(self, X, Y, order, opt):
+        if self.fused:
+            return self._epoch_fused(X, Y, order, opt)
+        return super().epoch(X, Y, order, opt)
+
+    def _new_acc(self):
+        self._acc.fill(0)
+        return self._acc
+
+    def _epoch_data(self, X, Y, order):
+        """One gather per epoch, then the minibatches are contiguous slices."""
+        if order is not None:
+            xp = self.xp
+            order_d = xp.asarray(order)
+            X, Y = xp.take(X, order_d, axis=0), xp.take(Y, order_d, axis=0)
+        return X, Y, None
+
+    # -------------------------------------------------------------- one step
+    def _matmul(self, A, B):
+        """``A @ B``; with kernels='custom', single-row products use our GEMV."""
+        if self.custom and A.shape[0] == 1 and A.flags.c_contiguous:
+            if B.flags.c_contiguous:  # (1, k) @ (k, n) = (B.T @ a)
+                res = gemv(B, A[0], trans=True)
+            else:  # B is the transposed view of a C-contiguous matrix
+                res = gemv(B.T, A[0], trans=False)
+            return res.reshape(1, -1)
+        return self.xp.matmul(A, B)
+
+    def _outer_into(self, a_col, D, G):
+        """``G = a_col.T @ D`` (a_col: (B, k), D: (B, n)); rank-1 updates use our GER."""
+        if self.custom and a_col.shape[0] == 1:
+            xp = self.xp
+            G.fill(0)
+            ger(1.0, xp.ascontiguousarray(a_col[0]), xp.ascontiguousarray(D[0]), G)
+            return G
+        return self.xp.matmul(a_col.T, D, out=G)
+
+    def _bias_act(self, Z, b):
+        rows, cols = Z.shape
+        self._k_bias_act((_elementwise_grid(Z.size),), (256,), (Z, b, np.int64(rows), np.int64(cols)))
+
+    def _out_delta(self, Z, b, Yb, acc):
+        rows, cols = Z.shape
+        self._k_out_delta((-(-rows // 256),), (256,), (Z, b, Yb, np.int64(rows), np.int32(cols), acc))
+
+    def _colsum(self, D, out):
+        # column sums as one GEMV (D.T @ 1): fewer launches than a CuPy reduction
+        gemv(D, self._ones[: D.shape[0]], out, trans=True)
+
+    def _act_deriv(self, D, H):
+        self._k_act_deriv((_elementwise_grid(D.size),), (256,), (D, H, np.int64(D.size)))
+
+    def _update(self, opt, B, acc):
+        lr = self._next_lr(opt)
+        cfg = self.config
+        W, G = self.flat, self.grad
+        scal = np.float32 if self.dtype == np.float32 else np.float64
+        # unused state arguments point at a real buffer (never read for that solver)
+        dummy = self.moment1 if self.moment1 is not None else W
+        total = W.size
+        grid = int(min(-(-total // 256), 1024))
+        self._k_update(
+            (grid,),
+            (256,),
+            (
+                W,
+                G,
+                self.moment1 if self.moment1 is not None else dummy,
+                self.moment2 if self.moment2 is not None else dummy,
+                np.int64(total),
+                np.int64(self.layout.n_coef),
+                scal(1.0 / B),
+                scal(self.alpha),
+                scal(lr),
+                scal(cfg.momentum),
+                scal(cfg.beta_1),
+                scal(cfg.beta_2),
+                scal(cfg.epsilon),
+                acc[1:],
+            ),
+        )
+
+    # -------------------------------------------------------------- fused per-sample
+    def _epoch_fused(self, Xd, Yd, order, opt):
+        """One epoch of per-sample SGD/Adam in ``mlp_sgd1`` launches (one per chunk of samples)."""
+        cupy = self.xp
+        layout = self.layout
+        n_in, n_hid, n_out = layout.units
+        n = Xd.shape[0]
+        if order is None:
+            order = np.arange(n, dtype=np.int64)
+        order_d = cupy.asarray(order, dtype=np.int64)
+        coefs, inters = layout.views(self.flat)
+        W1T = cupy.ascontiguousarray(coefs[0].T)
+        W2, b1, b2 = coefs[1], inters[0], inters[1]
+
+        def parts(state):  # the kernel's view of a state buffer: W1^T, b1, W2, b2
+            if state is None:
+                return None, None, None, None
+            c, i = layout.views(state)
+            return cupy.ascontiguousarray(c[0].T), i[0], c[1], i[1]
+
+        a_W1, a_b1, a_W2, a_b2 = parts(self.moment1)
+        b_W1, b_b1, b_W2, b_b2 = parts(self.moment2)
+        dummy = cupy.zeros(1, dtype=self.dtype)
+        pick = lambda a: a if a is not None else dummy  # noqa: E731
+        G, J, NW, smem = self.fused_plan
+        P = n_out + 1
+        partials = cupy.empty(2 * G * P, dtype=self.dtype)
+        counter = cupy.zeros(1, dtype=np.uint64)  # grid_barrier.cuh: zeroed once, never reset
+        err = cupy.zeros(1, dtype=np.int32)
+        chunk = int(min(n, (2**31) // G - 2))
+        n_chunks = -(-n // chunk)
+        losses = cupy.zeros(n_chunks, dtype=np.float64)
+        cfg = self.config
+        for ci in range(n_chunks):
+            lo, hi = ci * chunk, min(n, (ci + 1) * chunk)
+            self._k_sgd1(
+                (G,),
+                (32 * NW,),
+                (
+                    Xd,
+                    Yd,
+                    order_d[lo:hi],
+                    np.int64(hi - lo),
+                    np.int32(n_in),
+                    np.int32(n_hid),
+                    np.int32(n_out),
+                    np.int32(J),
+                    W1T,
+                    b1,
+                    W2,
+                    b2,
+                    pick(a_W1),
+                    pick(b_W1),
+                    pick(a_b1),
+                    pick(b_b1),
+                    pick(a_W2),
+                    pick(b_W2),
+                    pick(a_b2),
+                    pick(b_b2),
+                    partials,
+                    counter,
+                    losses[ci:],
+                    err,
+                    np.float64(opt.lr),
+                    np.float64(cfg.momentum),
+                    np.float64(self.alpha),
+                    np.float64(cfg.beta_1),
+                    np.float64(cfg.beta_2),
+                    np.float64(cfg.epsilon),
+                    np.int64(opt.t),
+                ),
+                shared_mem=smem,
+            )
+            if opt.solver == Solver.ADAM:
+                opt.t += hi - lo
+        check_barrier_error(
+            err, "GPUMLPClassifier per-sample kernel (use kernels='cublas' or batch_size > 1)"
+        )
+        coefs[0][...] = W1T.T
+        if a_W1 is not None:
+            layout.views(self.moment1)[0][0][...] = a_W1.T
+        if b_W1 is not None:
+            layout.views(self.moment2)[0][0][...] = b_W1.T
+        return float(losses.sum().get())
