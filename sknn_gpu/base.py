@@ -86,6 +86,8 @@ class DeviceMixin:
         """
         device = device or getattr(self, "device_", "cpu")
         value = getattr(self, name)
+        if device == "cpu" and isinstance(value, np.ndarray):
+            return value  # already where it is needed: no cache entry (predict leaves __dict__ alone)
         cache = self.__dict__.setdefault("_device_cache", {})
         hit = cache.get((name, device))
         if hit is not None and hit[0] is value:
