@@ -19,7 +19,8 @@ variant             used for
 
 Both functions validate shapes, dtypes (float32 or float64, all operands the same),
 memory layout (C- or Fortran-contiguous matrix, contiguous vectors), that every
-operand lives on the same device, and that the output does not overlap an input.
+operand lives on the same device, that the output is writeable and does not overlap an
+input, and that ``alpha``/``beta`` are finite and fit the operands' dtype.
 
 The module has the two public functions and their validation, then the CPU engine
 (``_gemv_cpu``/``_ger_cpu``: SciPy BLAS), then the CUDA engine (``_gemv_cuda``/
@@ -43,6 +44,11 @@ __all__ = ["gemv", "ger"]
 
 _DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _F32 = np.dtype(np.float32)
+#: largest finite value of each operand dtype: alpha and beta must fit it
+_FMAX = {
+    np.dtype(np.float32): float(np.finfo(np.float32).max),
+    np.dtype(np.float64): float(np.finfo(np.float64).max),
+}
 
 _ws_cache: dict = {}
 _N_COUNTERS = 65536
@@ -53,12 +59,39 @@ def _ctype(dtype):
 
 
 def _check_scalar(name, value):
+    """``value`` as a finite Python float, or a ValueError naming ``name``."""
     t = type(value)
-    if (t is float or t is int) and math.isfinite(value):
-        return float(value)
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not np.isfinite(value):
-        raise ValueError(f"{name} must be a finite real number, got {value!r}.")
-    return float(value)
+    if t is float and math.isfinite(value):
+        return value
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a finite real number, got {_short(value)}.")
+    try:
+        f = float(value)
+    except (OverflowError, ValueError, TypeError):
+        f = math.inf
+    if not math.isfinite(f):
+        raise ValueError(f"{name} must be a finite real number that fits a float64, got {_short(value)}.")
+    return f
+
+
+def _short(value):
+    """``repr`` of a scalar, shortened for huge integers (10**400 has 401 digits)."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)) >= 10**30:
+        digits = len(str(abs(int(value))))
+        sign = "-" if value < 0 else ""
+        return f"{'a negative' if sign else 'an'} integer of {digits} digits (about {sign}1e{digits - 1})"
+    return repr(value)
+
+
+def _check_scalar_range(func, dtype, **scalars):
+    """Refuse a scale factor that the operands' dtype cannot hold (it would become inf)."""
+    fmax = _FMAX[dtype]
+    for name, v in scalars.items():
+        if abs(v) > fmax:
+            raise ValueError(
+                f"{func}: {name}={v!r} does not fit the operands' dtype {dtype} (largest finite value "
+                f"{fmax:.4g}); scale the operands instead."
+            )
 
 
 def _kind(arr):
@@ -92,8 +125,12 @@ def _overlap(a, b, kind):
     return a0 < b1 and b0 < a1
 
 
-def _check_operands(func, A, vectors):
-    """Common validation; returns (kind, dtype, A_is_fortran)."""
+def _check_operands(func, A, vectors, out):
+    """Common validation; returns (kind, dtype, A_is_fortran).
+
+    ``vectors`` are ``(name, array)`` pairs; ``out`` names the operand written in place
+    (it must be writeable: a read-only NumPy array is refused, never modified).
+    """
     kind = _kind(A)
     if A.ndim != 2:
         raise ValueError(f"{func}: A must be 2-D, got an array of shape {A.shape}.")
@@ -118,6 +155,13 @@ def _check_operands(func, A, vectors):
             raise TypeError(f"{func}: {name} has dtype {v.dtype} but A has {A.dtype}; they must match.")
         if not v.flags.c_contiguous:
             raise ValueError(f"{func}: {name} must be contiguous (got strides {v.strides}).")
+    if kind == "numpy" and out is not None:
+        name, arr = out
+        if not arr.flags.writeable:
+            raise ValueError(
+                f"{func}: {name} is read-only (flags.writeable is False) and {func} writes into it; "
+                f"pass a writeable array (e.g. {name}.copy())."
+            )
     if kind == "cupy" and device_limits().n_devices > 1:  # several GPUs: same device?
         dev = A.device.id
         for name, v in vectors:
@@ -156,8 +200,9 @@ def gemv(A, x, y=None, alpha=1.0, beta=0.0, trans=False):
     Raises
     ------
     ValueError
-        Wrong dimensions or shapes, a non-contiguous operand, ``y`` overlapping an
-        input, non-finite ``alpha``/``beta``, or ``beta != 0`` without ``y``.
+        Wrong dimensions or shapes, a non-contiguous operand, a read-only ``y``, ``y``
+        overlapping an input, ``alpha``/``beta`` not finite or beyond the dtype's range,
+        or ``beta != 0`` without ``y``.
     TypeError
         Not float32/float64, mixed dtypes, or mixed NumPy/CuPy operands.
 
@@ -179,7 +224,8 @@ def gemv(A, x, y=None, alpha=1.0, beta=0.0, trans=False):
     beta = _check_scalar("beta", beta)
     trans = bool(trans)
     vectors = [("x", x)] if y is None else [("x", x), ("y", y)]
-    kind, dtype, fortran = _check_operands("gemv", A, vectors)
+    kind, dtype, fortran = _check_operands("gemv", A, vectors, None if y is None else ("y", y))
+    _check_scalar_range("gemv", dtype, alpha=alpha, beta=beta)
     m, n = A.shape
     nx, ny = (m, n) if trans else (n, m)
     if x.shape[0] != nx:
@@ -226,8 +272,8 @@ def ger(alpha, x, y, A):
     Raises
     ------
     ValueError
-        Wrong dimensions or shapes, non-contiguous operands, ``A`` overlapping ``x``
-        or ``y``, or a non-finite ``alpha``.
+        Wrong dimensions or shapes, non-contiguous operands, a read-only ``A``, ``A``
+        overlapping ``x`` or ``y``, or ``alpha`` not finite or beyond the dtype's range.
     TypeError
         An operand that is not float32/float64, operands whose dtypes differ, or NumPy
         and CuPy operands in one call.
@@ -246,7 +292,8 @@ def ger(alpha, x, y, A):
         if out is not None:
             return out
     alpha = _check_scalar("alpha", alpha)
-    kind, dtype, fortran = _check_operands("ger", A, [("x", x), ("y", y)])
+    kind, dtype, fortran = _check_operands("ger", A, [("x", x), ("y", y)], ("A", A))
+    _check_scalar_range("ger", dtype, alpha=alpha)
     m, n = A.shape
     if x.shape[0] != m or y.shape[0] != n:
         raise ValueError(
@@ -311,7 +358,7 @@ def _ger_cpu(alpha, x, y, A, fortran):
 #   everything the validation looked at (shapes, dtypes, contiguity flags, 16-byte
 #   alignment, device). A call whose key is known skips that validation (it passed for
 #   the same key) but still checks what depends on the actual pointers and scalars
-#   (overlap, finite scalars, beta without y), writes the pointers and
+#   (overlap, finite scalars that fit the dtype, beta without y), writes the pointers and
 #   scalars into the prebuilt argument block and calls ``cuLaunchKernel`` directly. The
 #   first call of a key in a thread is launched through CuPy's RawKernel, which also
 #   makes the device's context current there.
@@ -342,18 +389,20 @@ def _bind_cupy(cupy):
 class _Plan(Launch):
     """A :class:`~sknn_gpu._kernels._launch.Launch` with what gemv/ger's fast paths need.
 
-    ``fa``/``fb``: the alpha/beta slots; ``ws``: workspace elements of a split
-    reduction (0: none); ``ny``: length of a new gemv output; ``swap``: ger of a
-    Fortran-ordered A (x and y trade places).
+    ``fa``/``fb``: the alpha/beta slots; ``fmax``: the largest finite value of the
+    dtype (scalars beyond it go to the validating path, which refuses them); ``ws``:
+    workspace elements of a split reduction (0: none); ``ny``: length of a new gemv
+    output; ``swap``: ger of a Fortran-ordered A (x and y trade places).
     """
 
-    __slots__ = ("fa", "fb", "ws", "ny", "swap")
+    __slots__ = ("fa", "fb", "fmax", "ws", "ny", "swap")
 
     def __init__(self, kernel, grid, block, layout, dtype, ws=0, ny=0, swap=False):
         assert len(grid) <= 2 and len(block) <= 2  # the fast paths launch with gz = bz = 1
         super().__init__(kernel, grid, block, layout, dtype == _F32)
         self.fa = self.floats[0]
         self.fb = self.floats[1] if len(self.floats) > 1 else None
+        self.fmax = _FMAX[dtype]
         self.ws, self.ny, self.swap = ws, ny, swap
 
 
@@ -509,7 +558,10 @@ def _gemv_fast(A, x, y, alpha, beta, trans):
     pa, px = A.data.ptr, x.data.ptr
     dev = _DEVICE()
     rec = _TABLE.records.get(_gemv_key(A, x, y, trans, pa, px, dev))
-    if rec is None or alpha - alpha != 0 or beta - beta != 0:  # unknown, or NaN/inf scalars
+    if rec is None:
+        return None
+    fmax = rec.fmax
+    if not (-fmax <= alpha <= fmax and -fmax <= beta <= fmax):  # NaN, inf or beyond the dtype: refused
         return None
     if y is None:
         if beta != 0:
@@ -618,7 +670,10 @@ def _ger_fast(alpha, x, y, A):
     pa, px, py = A.data.ptr, x.data.ptr, y.data.ptr
     dev = _DEVICE()
     rec = _TABLE.records.get(_ger_key(A, x, y, pa, px, py, dev))
-    if rec is None or alpha - alpha != 0:
+    if rec is None:
+        return None
+    fmax = rec.fmax
+    if not -fmax <= alpha <= fmax:  # NaN, inf or beyond the dtype: the validating path refuses it
         return None
     ab = A.nbytes
     if (px < pa + ab and pa < px + x.nbytes) or (py < pa + ab and pa < py + y.nbytes):

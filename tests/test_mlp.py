@@ -288,6 +288,125 @@ def test_cupy_in_cupy_out(digits):
         clf.predict(cupy.full((2, 64), cupy.nan))
 
 
+# ------------------------------------------------------------------ issue 15: refuse up front
+@pytest.mark.parametrize("hidden", [[2.5], [0], [-5], (4, 0), [True], np.array([3.0]), [[3, 4]]], ids=repr)
+def test_hidden_layer_sizes_must_be_positive_integers(device, digits, hidden):
+    Xtr, _, ytr, _ = digits
+    clf = GPUMLPClassifier(hidden_layer_sizes=hidden, max_iter=2, device=device)
+    with pytest.raises(ValueError, match=r"hidden_layer_sizes must hold positive integers"):
+        clf.fit(Xtr, ytr)
+    assert not hasattr(clf, "coefs_") and not hasattr(clf, "n_features_in_")
+
+
+def test_integer_like_hidden_layer_sizes_are_accepted(digits):
+    Xtr, _, ytr, _ = digits
+    clf = GPUMLPClassifier(hidden_layer_sizes=np.array([7, 5]), max_iter=2, device="cpu").fit(Xtr, ytr)
+    assert [c.shape for c in clf.coefs_] == [(64, 7), (7, 5), (5, 10)]
+    assert GPUMLPClassifier(hidden_layer_sizes=6, max_iter=1, device="cpu").fit(Xtr, ytr).coefs_[0].shape == (
+        64,
+        6,
+    )
+
+
+def test_huge_network_is_refused_before_allocating(device, digits):
+    """10**5 x 10**5 weights need ~10**12 bytes: refused at once with needed vs free."""
+    import time
+
+    from sknn_gpu import InsufficientMemoryError
+
+    Xtr, _, ytr, _ = digits
+    clf = GPUMLPClassifier(hidden_layer_sizes=(10**5, 10**5), device=device)
+    t0 = time.perf_counter()
+    with pytest.raises(InsufficientMemoryError, match=r"GPUMLPClassifier\.fit .*needs \d+ bytes .* free"):
+        clf.fit(Xtr, ytr)
+    assert time.perf_counter() - t0 < 5  # no 80 GB of random draws before the refusal
+    assert vars(clf) == vars(GPUMLPClassifier(hidden_layer_sizes=(10**5, 10**5), device=device))
+
+
+def _small_memory(monkeypatch, n_bytes):
+    from sknn_gpu import _backend
+
+    monkeypatch.setattr(_backend, "free_memory", lambda device: n_bytes)
+
+
+def test_issue_case_30000_squared_refused_on_a_small_box(device, digits, monkeypatch):
+    """The issue's (30000, 30000) died in NumPy after 13-36 s; with 8 GiB free it is refused up front."""
+    from sknn_gpu import InsufficientMemoryError
+
+    Xtr, _, ytr, _ = digits
+    _small_memory(monkeypatch, 8 << 30)
+    clf = GPUMLPClassifier(hidden_layer_sizes=(30000, 30000), device=device)
+    with pytest.raises(
+        InsufficientMemoryError, match=r"needs \d+ bytes \(\d+\.\d GiB\).* only 8589934592 bytes"
+    ):
+        clf.fit(Xtr, ytr)
+    assert not hasattr(clf, "coefs_") and not hasattr(clf, "classes_")
+
+
+def test_size_estimate_counts_weights_gradients_state_and_activations():
+    from sknn_gpu.neural_network._mlp import _size_estimate
+
+    units = [64, 30000, 30000, 10]
+    P = 64 * 30000 + 30000 + 30000 * 30000 + 30000 + 30000 * 10 + 10
+    kw = dict(phase="fit", n_moments=2, batch_size=200, first_pass=True)
+    host, dev = _size_estimate(units, 1000, 8, device="cpu", **kw)
+    assert dev == 0
+    # weights + gradient + 2 Adam moments + update temporaries + initial draws + host state + results
+    assert host >= (2 + 2 + 3 + 3 + 2 + 2) * P * 8
+    h_gpu, d_gpu = _size_estimate(units, 1000, 8, device="cuda", **kw)
+    assert d_gpu >= 4 * P * 8 + 200 * 3 * sum(units) * 8  # on the device: W, G, m, v, activations
+    assert h_gpu >= 7 * P * 8 and h_gpu + d_gpu < host + d_gpu + P * 8 * 4
+    sgd = _size_estimate(units, 1000, 8, device="cpu", **{**kw, "n_moments": 0})[0]
+    assert host - sgd == 4 * P * 8  # two moments, on the trainer's device and kept on the host
+    small = _size_estimate(units, 1000, 4, device="cpu", **kw)[0]
+    assert small * 2 == host  # float32 halves everything
+    # predict: the data, two layers of activations, and on the GPU the weights
+    p_cpu = _size_estimate(units, 5000, 8, phase="predict", device="cpu")[0]
+    assert p_cpu == (5000 * 64 + 2 * 5000 * 30000) * 8
+    assert _size_estimate(units, 5000, 8, phase="predict", device="cuda")[1] == p_cpu + P * 8
+
+
+@pytest.mark.parametrize("method", ["fit", "partial_fit", "predict"])
+def test_one_estimate_guards_fit_partial_fit_and_predict(device, digits, monkeypatch, method):
+    from sknn_gpu import InsufficientMemoryError
+    from sknn_gpu.neural_network import _mlp
+
+    Xtr, Xte, ytr, _ = digits
+    clf = GPUMLPClassifier((8,), max_iter=2, random_state=0, device=device)
+    clf.partial_fit(Xtr, ytr, classes=np.unique(ytr))
+    before = {k: (v.copy() if isinstance(v, list) else v) for k, v in vars(clf).items()}
+    monkeypatch.setattr(_mlp, "_CHECK_FROM", 0)  # check even tiny work
+    _small_memory(monkeypatch, 1024)
+    call = {
+        "fit": lambda: clf.fit(Xtr, ytr),
+        "partial_fit": lambda: clf.partial_fit(Xtr, ytr),
+        "predict": lambda: clf.predict(Xte),
+    }[method]
+    with pytest.raises(
+        InsufficientMemoryError, match=rf"GPUMLPClassifier\.{method} with layer sizes \[64, 8, 10\]"
+    ):
+        call()
+    # refused before anything changed: same attributes, same weights
+    assert vars(clf).keys() == before.keys()
+    for a, b in zip(clf.coefs_ + clf.intercepts_, before["coefs_"] + before["intercepts_"]):
+        assert a is b
+    assert clf.n_iter_ == before["n_iter_"] and clf.t_ == before["t_"]
+
+
+def test_refused_refit_keeps_the_fitted_model(digits, monkeypatch):
+    from sknn_gpu import InsufficientMemoryError
+
+    Xtr, Xte, ytr, _ = digits
+    clf = GPUMLPClassifier((8,), max_iter=3, random_state=0, device="cpu").fit(Xtr, ytr)
+    pred = clf.predict(Xte)
+    clf.set_params(hidden_layer_sizes=(10**5, 10**5))
+    with pytest.raises(InsufficientMemoryError):
+        clf.fit(Xtr, ytr)
+    clf.set_params(hidden_layer_sizes=(8,))
+    np.testing.assert_array_equal(clf.predict(Xte), pred)
+    assert [c.shape for c in clf.coefs_] == [(64, 8), (8, 10)]
+
+
 # ------------------------------------------------------------------ issue 12: named solver and state
 def test_solver_codes_match_the_kernel_template():
     """Solver values are mlp.cu's SOLVER template argument; ACT/OUT codes are its ACT/OUT."""

@@ -20,7 +20,9 @@ parameter layout:
 
 Random numbers (initial weights, shuffling, the validation split) are drawn on the host
 with the estimator's ``random_state``, so CPU and GPU start from the same state and see
-the samples in the same order.
+the samples in the same order. Memory is estimated from the parameters and the data
+shape (:meth:`GPUMLPClassifier._check_size`) and checked before anything large is
+allocated.
 """
 
 from __future__ import annotations
@@ -301,13 +303,18 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         self : GPUMLPClassifier
             The updated estimator.
         """
-        if _check_partial_fit_first_call(self, classes):
-            self._label_binarizer = LabelBinarizer()
-            if type_of_target(to_host(y)).startswith("multilabel"):
-                self._label_binarizer.fit(to_host(y))
-            else:
-                self._label_binarizer.fit(self.classes_)
-        return self._fit(X, y, incremental=True)
+        saved = self.__dict__.copy()  # a refused call leaves the estimator as it was
+        try:
+            if _check_partial_fit_first_call(self, classes):
+                self._label_binarizer = LabelBinarizer()
+                if type_of_target(to_host(y)).startswith("multilabel"):
+                    self._label_binarizer.fit(to_host(y))
+                else:
+                    self._label_binarizer.fit(self.classes_)
+        except BaseException:
+            self._restore(saved)
+            raise
+        return self._fit(X, y, incremental=True, saved=saved)
 
     def predict(self, X):
         """Predict class labels (or a label-indicator matrix for multilabel targets).
@@ -414,20 +421,99 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         Y = self._label_binarizer.transform(y)
         return X, Y
 
+    def _hidden_sizes(self):
+        """``hidden_layer_sizes`` as a list of positive ints, or a ValueError naming it."""
+        hidden = self.hidden_layer_sizes
+        sizes = list(hidden) if hasattr(hidden, "__iter__") and not isinstance(hidden, str) else [hidden]
+        for h in sizes:
+            if isinstance(h, (bool, np.bool_)) or not isinstance(h, Integral) or h < 1:
+                raise ValueError(
+                    "hidden_layer_sizes must hold positive integers (the units of each hidden layer), "
+                    f"got {hidden!r}: {h!r} is not one."
+                )
+        return [int(h) for h in sizes]
+
+    # ------------------------------------------------------------------ sizes
+    def _check_size(self, phase, units, n_samples, dtype, *, x_on_device, batch_size=1, first_pass=False):
+        """Refuse ``phase`` ('fit', 'partial_fit', 'predict') before allocating when it cannot fit.
+
+        The one size estimate of the estimator (:func:`_size_estimate`), from the network's
+        units, the number of samples and the parameters; host and device are checked
+        separately. Estimates below 64 MiB are not checked (reading the free memory would
+        cost more than such a call).
+
+        Raises
+        ------
+        InsufficientMemoryError
+            Naming the bytes needed and the bytes free.
+        """
+        device = self.device_
+        predict = phase == "predict"
+        itemsize = np.dtype(dtype).itemsize
+        n_moments = (
+            0
+            if predict
+            else Solver.from_params(self.solver, self.momentum, self.nesterovs_momentum).n_moments
+        )
+        host, dev = _size_estimate(
+            units,
+            n_samples,
+            itemsize,
+            phase="predict" if predict else "fit",
+            device=device,
+            n_moments=n_moments,
+            batch_size=batch_size,
+            early_stopping=self.early_stopping,
+            shuffle=self.shuffle,
+            first_pass=first_pass,
+            x_on_device=x_on_device,
+        )
+        if host < _CHECK_FROM and dev < _CHECK_FROM:
+            return
+        n_params = sum(a * b + b for a, b in zip(units[:-1], units[1:]))
+        what = (
+            f"GPUMLPClassifier.{phase} with layer sizes {units} ({n_params:,} parameters, "
+            f"{n_samples:,} samples, {np.dtype(dtype).name})"
+        )
+        if host >= _CHECK_FROM:
+            check_memory(host, "cpu", what=what)
+        if dev >= _CHECK_FROM:
+            check_memory(dev, device, what=what)
+
     # ------------------------------------------------------------------ training
-    def _fit(self, X, y, incremental):
+    def _restore(self, saved):
+        self.__dict__.clear()
+        self.__dict__.update(saved)
+
+    def _fit(self, X, y, incremental, saved=None):
+        saved = self.__dict__.copy() if saved is None else saved
+        try:  # validation and the size check: a refused call leaves the estimator as it was
+            X, Y, units, first_pass = self._prepare_fit(X, y, incremental)
+        except BaseException:
+            self._restore(saved)
+            raise
+        self._random_state = check_random_state(self.random_state)
+        if first_pass:
+            self._initialize(Y, units, X.dtype)
+        self._fit_stochastic(X, Y, units, incremental)
+        if not all(np.isfinite(w).all() for w in self.coefs_ + self.intercepts_):
+            raise ValueError(
+                "Solver produced non-finite parameter weights. The input data may contain large "
+                "values and need to be preprocessed."
+            )
+        return self
+
+    def _prepare_fit(self, X, y, incremental):
+        """Validate the call and check its size; returns ``(X, Y, units, first_pass)``."""
         if self.solver == "lbfgs":
             raise ValueError(
                 "GPUMLPClassifier supports solver='sgd' and solver='adam' only: full-batch "
                 "L-BFGS is not implemented (on any device). Use "
                 "sklearn.neural_network.MLPClassifier(solver='lbfgs') for it."
             )
-        hidden = self.hidden_layer_sizes
-        if not hasattr(hidden, "__iter__"):
-            hidden = [hidden]
-        hidden = [int(h) for h in hidden]
-        if any(h <= 0 for h in hidden):
-            raise ValueError(f"hidden_layer_sizes must be > 0, got {hidden}.")
+        if self.early_stopping and incremental:
+            raise ValueError("partial_fit does not support early_stopping=True")
+        hidden = self._hidden_sizes()
         first_pass = not hasattr(self, "coefs_") or (not self.warm_start and not incremental)
         if first_pass or not hasattr(self, "device_"):
             self._resolve_device()
@@ -439,23 +525,26 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             Y = Y.reshape(-1, 1)
         self.n_outputs_ = Y.shape[1]
         units = [n_features] + hidden + [self.n_outputs_]
-        self._random_state = check_random_state(self.random_state)
-        if first_pass:
-            self._initialize(Y, units, dtype)
-        elif [c.shape for c in self.coefs_] != [(a, b) for a, b in zip(units[:-1], units[1:])]:
-            raise ValueError(
-                "The shapes of the existing coefs_ do not match the data and hidden_layer_sizes "
-                f"({[c.shape for c in self.coefs_]}); refit without warm_start."
-            )
-        if self.coefs_[0].dtype != dtype:
-            raise ValueError(f"X has dtype {dtype} but the model was fitted on {self.coefs_[0].dtype} data.")
-        self._fit_stochastic(X, Y, units, incremental)
-        if not all(np.isfinite(w).all() for w in self.coefs_ + self.intercepts_):
-            raise ValueError(
-                "Solver produced non-finite parameter weights. The input data may contain large "
-                "values and need to be preprocessed."
-            )
-        return self
+        if not first_pass:
+            if [c.shape for c in self.coefs_] != [(a, b) for a, b in zip(units[:-1], units[1:])]:
+                raise ValueError(
+                    "The shapes of the existing coefs_ do not match the data and hidden_layer_sizes "
+                    f"({[c.shape for c in self.coefs_]}); refit without warm_start."
+                )
+            if self.coefs_[0].dtype != dtype:
+                raise ValueError(
+                    f"X has dtype {dtype} but the model was fitted on {self.coefs_[0].dtype} data."
+                )
+        self._check_size(
+            "partial_fit" if incremental else "fit",
+            units,
+            n_samples,
+            dtype,
+            x_on_device=is_device_array(X),
+            batch_size=self._batch_size(n_samples, warn=False),
+            first_pass=first_pass,
+        )
+        return X, Y, units, first_pass
 
     def _batch_size(self, n_samples, warn=True):
         if self.batch_size == "auto":
@@ -500,8 +589,6 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             solver = Solver.from_params(self.solver, self.momentum, self.nesterovs_momentum)
             self._optimizer = OptimizerState.new(solver, self.learning_rate_init, layout.size, dtype)
         opt = self._optimizer
-        if self.early_stopping and incremental:
-            raise ValueError("partial_fit does not support early_stopping=True")
         early_stopping = self.early_stopping
         if early_stopping:
             stratify = to_host(Y) if self.n_outputs_ == 1 else None
@@ -525,17 +612,6 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         batch_size = self._batch_size(n_samples)
 
         device = self.device_
-        itemsize = np.dtype(dtype).itemsize
-        widest = max(units)
-        need = itemsize * (
-            (X.size if not is_device_array(X) or device == "cpu" else 0)
-            + (X.size + Y.size if device == "cuda" and self.shuffle else 0)  # per-epoch permuted copy
-            + Y.size
-            + 5 * layout.size
-            + 3 * batch_size * sum(units)
-            + batch_size * widest
-        )
-        check_memory(need, device, what="GPUMLPClassifier training")
         Xd = to_device(np.ascontiguousarray(X) if isinstance(X, np.ndarray) else X, device)
         Yd = to_device(np.ascontiguousarray(Y), device)
         config = TrainConfig.of(self)
@@ -631,6 +707,8 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         X = self._check_X(X, reset=False)
         dtype = self.coefs_[0].dtype
+        units = [self.n_features_in_] + [c.shape[1] for c in self.coefs_]
+        self._check_size("predict", units, X.shape[0], dtype, x_on_device=is_device_array(X))
         if self.device_ == "cuda":  # coefs_ are NumPy by contract: a cached device copy
             coefs, inters = self._device_copy("coefs_"), self._device_copy("intercepts_")
         else:
@@ -648,3 +726,56 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
 
 #: the trainer of each resolved device: the one place the MLP picks its engine
 _TRAINERS = {"cpu": CPUTrainer, "cuda": CUDATrainer}
+#: estimates below this many bytes are not checked against the free memory
+_CHECK_FROM = 64 << 20
+
+
+def _size_estimate(
+    units,
+    n_samples,
+    itemsize,
+    *,
+    phase,
+    device,
+    n_moments=0,
+    batch_size=1,
+    early_stopping=False,
+    shuffle=True,
+    first_pass=True,
+    x_on_device=False,
+):
+    """Bytes ``(host, device)`` that one fit/partial_fit (``phase='fit'``) or predict call allocates.
+
+    Counted from the network's ``units`` (input and output included), the number of
+    samples and the parameters, before anything is allocated. With ``device='cpu'``
+    everything is on the host and the device figure is 0.
+
+    * fit, on the trainer's device: parameters, gradient, the optimizer's
+      ``n_moments`` moments and the best parameters (early stopping); on the CPU the
+      temporaries of the vectorised update; the data (and on the GPU its per-epoch
+      shuffled copy); per minibatch the activations and deltas. On the host also: the
+      initial weights and their copy (first fit), the optimizer state kept between
+      calls, the results copied back, the float targets.
+    * predict: the data moved to the device (or cast), two layers of activations at a
+      time, and on the GPU the device copy of the weights.
+    """
+    P = sum(a * b + b for a, b in zip(units[:-1], units[1:]))
+    n, n_in, n_out = n_samples, units[0], units[-1]
+    cuda = device == "cuda"
+    if phase == "predict":
+        work = (0 if x_on_device else n * n_in) + 2 * n * max(units) + (P if cuda else 0)
+        host_only = n * n_out if cuda else 0
+    else:
+        batch = min(batch_size, n)
+        work = (2 + n_moments + int(early_stopping)) * P
+        work += 0 if cuda else 3 * P
+        work += n * n_out + (n * n_in if cuda and not x_on_device else 0)
+        work += n * (n_in + n_out) if cuda and shuffle else (0 if cuda else batch * (n_in + n_out))
+        work += batch * (3 * sum(units) + max(units))
+        host_only = (
+            (3 * P if first_pass else 0) + n_moments * P + (4 if early_stopping else 2) * P + n * n_out
+        )
+        host_only += n * n_in if early_stopping else 0
+    if cuda:
+        return host_only * itemsize, work * itemsize
+    return (host_only + work) * itemsize, 0
