@@ -86,7 +86,10 @@ class DeviceMixin:
         """
         device = device or getattr(self, "device_", "cpu")
         value = getattr(self, name)
-        if device == "cpu" and isinstance(value, np.ndarray):
+        if device == "cpu" and (
+            isinstance(value, np.ndarray)
+            or (isinstance(value, (list, tuple)) and all(isinstance(v, np.ndarray) for v in value))
+        ):
             return value  # already where it is needed: no cache entry (predict leaves __dict__ alone)
         cache = self.__dict__.setdefault("_device_cache", {})
         hit = cache.get((name, device))

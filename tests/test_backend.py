@@ -370,3 +370,11 @@ def test_device_classifier_score_and_output_type_on_cupy(rng):
     assert isinstance(clf.predict(Xd), cupy.ndarray)
     assert isinstance(clf.set_params(output_type="numpy").predict(Xd), np.ndarray)
     assert isinstance(clf.set_params(output_type="cupy").predict(X), cupy.ndarray)
+
+
+def test_device_copy_on_the_cpu_returns_host_values_without_caching(rng):
+    est = _Toy(device="cpu").fit(rng.standard_normal((6, 3)))
+    est.layers_ = [np.ones(2), np.zeros(3)]
+    assert est._device_copy("mean_") is est.mean_
+    assert est._device_copy("layers_") is est.layers_
+    assert "_device_cache" not in est.__dict__
