@@ -405,6 +405,3 @@ def check_memory(n_bytes, device, what="this operation", headroom=0.9):
         )
     return n_bytes
 
-
-def sm_count() -> int:  # TRANSITIONAL: removed once every family reads device_limits()
-    return device_limits().sm_count

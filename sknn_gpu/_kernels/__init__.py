@@ -186,6 +186,3 @@ def check_barrier_error(err_buf, what):
             "resident; is another workload using the GPU?"
         )
 
-
-def get_kernel(name, function, *, options=(), name_expressions=None, **defines):  # TRANSITIONAL
-    return get_function(name, function, options=options, **defines)
