@@ -683,9 +683,42 @@ def test_wide_rows_run_on_the_cpu(rng):
 
 
 @pytest.mark.cuda
-def test_wide_rows_refused_on_cuda_and_auto_falls_back_to_cpu():
-    L = 32 * 513
-    msgs = np.array([[0, 1], [2, 3]])
-    with pytest.raises(ValueError, match="1024"):
-        GBNNMemory(device="cuda", cluster_size=L).fit(msgs)
-    assert GBNNMemory(device="auto", cluster_size=L).fit(msgs).device_ == "cpu"
+@pytest.mark.parametrize("C, L", [(2, 32 * 513), (4, 32_000)])
+def test_cpu_gpu_parity_beyond_1024_words_per_row(C, L, rng):
+    # 1,026 words: 1,024 threads owning two words each; 4,000 words: 64-80 KiB of dynamic
+    # shared memory per block (beyond the 48 KiB default, so the launch opts in)
+    msgs = rng.integers(0, L, size=(300, C))
+    msgs[:, 0] = rng.choice(L, size=300, replace=False)  # one completion per probe
+    probes = np.vstack([_erase(msgs[:20], 1, rng), msgs[20:22]])
+    cpu = GBNNMemory(device="cpu", cluster_size=L, random_state=2).fit(msgs)
+    gpu = GBNNMemory(device="cuda", cluster_size=L, random_state=2).fit(msgs)
+    assert gpu.device_ == "cuda" and np.array_equal(cpu.W_, gpu.W_.get())
+    for rule in RULES:
+        a, b = cpu.set_params(rule=rule).retrieve(probes), gpu.set_params(rule=rule).retrieve(probes)
+        for name in ("messages", "n_candidates", "n_iter", "converged"):
+            assert np.array_equal(getattr(a, name), getattr(b, name)), (rule, name)
+    assert np.array_equal(b.messages[:20], msgs[:20])
+
+
+@pytest.mark.cuda
+def test_state_beyond_shared_memory_is_refused_on_cuda():
+    from sknn_gpu.memory import _gbnn_cuda
+
+    assert _gbnn_cuda.supports(16, 512) and _gbnn_cuda.supports(4, 32_000)
+    assert not _gbnn_cuda.supports(12_000, 1)  # 12,000 words: 336-384 KiB per block
+    with pytest.raises(ValueError, match="shared memory"):
+        GBNNMemory(device="cuda", cluster_size=1).fit(np.zeros((2, 12_000), dtype=np.int64))
+
+
+def test_state_too_wide_for_the_gpu_falls_back_to_the_cpu(monkeypatch, rng):
+    from sknn_gpu.memory import _gbnn_cuda
+
+    # pretend a GPU was resolved whose shared memory cannot hold this state
+    monkeypatch.setattr(
+        GBNNMemory, "_resolve_device", lambda self: setattr(self, "device_", "cuda") or "cuda"
+    )
+    monkeypatch.setattr(_gbnn_cuda, "supports", lambda C, L: False)
+    msgs = rng.integers(0, 8, size=(20, 3))
+    assert GBNNMemory(device="auto").fit(msgs).device_ == "cpu"
+    with pytest.raises(ValueError, match=r"3 words for C=3, L=8: \d+ bytes\) in one block's shared memory"):
+        GBNNMemory(device="cuda").fit(msgs)

@@ -4,7 +4,7 @@
 //   NC       number of clusters C
 //   NL       neurons per cluster L
 //   LW       32-bit words per cluster, ceil(L / 32)
-//   CW       words per neuron row and per probe state, NC * LW (<= 1024)
+//   CW       words per neuron row and per probe state, NC * LW
 //   NPLANES  bit planes of the sum-of-sum counters (bit length of (C-1)*L, >= 1)
 //   RULE     0 = sum-of-sum, 1 = sum-of-max, 2 = joint            (retrieval only)
 //
@@ -14,9 +14,12 @@
 // with the same bit convention. Bits l >= NL of the last word of a cluster are
 // never set.
 //
-// Retrieval runs one thread block per probe; thread w owns word w of the state, so
-// blockDim.x = CW rounded up to a multiple of 32. Each block iterates its own probe
-// until that probe converges (or max_iter), so converged probes cost nothing more.
+// Retrieval runs one thread block per probe, GBNN_THREADS threads (CW rounded up to a
+// multiple of 32, at most GBNN_MAX_THREADS = 1024); thread tid owns the words
+// w = tid, tid + GBNN_THREADS, ... of the state, which lives in dynamic shared memory
+// (gbnn_shared_bytes() below; the launch passes it and raises the opt-in limit beyond
+// 48 KiB). Each block iterates its own probe until that probe converges (or max_iter),
+// so converged probes cost nothing more.
 // The CPU engine sknn_gpu/memory/_gbnn_cpu.py performs exactly the same steps; results
 // are bit-identical.
 
@@ -74,6 +77,13 @@ __device__ __forceinline__ unsigned long long gbnn_mix64(unsigned long long z)
     return z ^ (z >> 31);
 }
 
+// Block geometry: GBNN_THREADS threads, each owning every GBNN_THREADS-th word of the state.
+#ifndef GBNN_MAX_THREADS
+#define GBNN_MAX_THREADS 1024
+#endif
+#define GBNN_ROUND32(x) ((((x) + 31) / 32) * 32)
+#define GBNN_THREADS (GBNN_ROUND32(CW) < GBNN_MAX_THREADS ? GBNN_ROUND32(CW) : GBNN_MAX_THREADS)
+
 #if RULE == 0
 // Sum-of-sum score (eq. 3) of bit b of a state word: its count in the bit-sliced counters
 // pl[] plus gamma when the neuron is active (bit b of old).
@@ -127,22 +137,24 @@ __device__ __forceinline__ unsigned int gbnn_som_word(const unsigned int* __rest
 
 // Commit the new state sn into sv (a block-wide barrier on both sides); true when some
 // word changed.
-__device__ __forceinline__ bool gbnn_commit(unsigned int* sv, const unsigned int* sn, int w, bool own)
+__device__ __forceinline__ bool gbnn_commit(unsigned int* sv, const unsigned int* sn, int tid)
 {
-    int changed = __syncthreads_or(own && sn[w] != sv[w]);
-    if (own) sv[w] = sn[w];
+    int diff = 0;
+    for (int w = tid; w < CW; w += GBNN_THREADS) diff |= sn[w] != sv[w];
+    int changed = __syncthreads_or(diff);
+    for (int w = tid; w < CW; w += GBNN_THREADS) sv[w] = sn[w];
     __syncthreads();
     return changed != 0;
 }
 
 // Active neurons per cluster of state sv into scnt[NC] (a block-wide barrier on both sides).
-__device__ __forceinline__ void gbnn_count(const unsigned int* sv, int* scnt, int w, bool own, int c)
+__device__ __forceinline__ void gbnn_count(const unsigned int* sv, int* scnt, int tid)
 {
-    if (w < NC) scnt[w] = 0;
+    for (int cl = tid; cl < NC; cl += GBNN_THREADS) scnt[cl] = 0;
     __syncthreads();
-    if (own) {
+    for (int w = tid; w < CW; w += GBNN_THREADS) {
         int pc = __popc(sv[w]);
-        if (pc) atomicAdd(&scnt[c], pc);
+        if (pc) atomicAdd(&scnt[w / LW], pc);
     }
     __syncthreads();
 }
@@ -173,11 +185,11 @@ __device__ __forceinline__ int gbnn_pick(const unsigned int* sv, int cl, int cnt
 // Sum-of-max with gamma > 0 (active neurons only, every other cluster checked) until sv is a
 // fixed point (_fixpoint()). Callers put a barrier between their last write of sv and this.
 __device__ __forceinline__ void gbnn_fixpoint(const unsigned int* __restrict__ W, unsigned int* sv, unsigned int* sn,
-                                              const int* sx, int w, bool own)
+                                              const int* sx, int tid)
 {
     do {
-        if (own) sn[w] = gbnn_som_word(W, sv, sx, w, sv[w], false);
-    } while (gbnn_commit(sv, sn, w, own));
+        for (int w = tid; w < CW; w += GBNN_THREADS) sn[w] = gbnn_som_word(W, sv, sx, w, sv[w], false);
+    } while (gbnn_commit(sv, sn, tid));
 }
 
 // Reduce the ambiguous sum-of-max fixed point s0 (== sv on entry) to one clique it contains,
@@ -189,15 +201,16 @@ __device__ __forceinline__ void gbnn_fixpoint(const unsigned int* __restrict__ W
 // neuron per cluster is a clique) to its (r mod count)-th neuron and run sum-of-max to its
 // fixed point. Every clique of s0 survives unless a clamp excludes it, so the search ends with
 // a clique whenever s0 holds one. Block-uniform control flow: every thread reads the same
-// shared values after a barrier. Ends with a barrier.
-__device__ __forceinline__ void gbnn_disambiguate(const unsigned int* __restrict__ W, unsigned int* sv, unsigned int* sn,
-                                  const unsigned int* s0, unsigned int* srem, int* scnt, int* sstk_c, int* sstk_x,
-                                  int* spick, const int* sx, unsigned long long h, int w, bool own, int c, int q)
+// shared values after a barrier. Ends after a barrier.
+__device__ __forceinline__ void gbnn_disambiguate(const unsigned int* __restrict__ W, unsigned int* sv,
+                                                  unsigned int* sn, const unsigned int* s0, unsigned int* srem,
+                                                  int* scnt, int* sstk_c, int* sstk_x, int* spick, const int* sx,
+                                                  unsigned long long h, int tid)
 {
     int depth = 0;
     int force = -1;
     while (true) {
-        gbnn_count(sv, scnt, w, own, c);
+        gbnn_count(sv, scnt, tid);
         int collapsed = 0;
         int amb = -1;
         for (int c2 = 0; c2 < NC; ++c2) {
@@ -207,14 +220,16 @@ __device__ __forceinline__ void gbnn_disambiguate(const unsigned int* __restrict
         __syncthreads();  // everyone has read scnt before it is reset
         if (collapsed) {
             if (depth == 0) {
-                if (own) sv[w] = 0u;
+                for (int w = tid; w < CW; w += GBNN_THREADS) sv[w] = 0u;
                 __syncthreads();
                 return;
             }
             --depth;
             const int cb = sstk_c[depth];
             const int xb = sstk_x[depth];
-            if (own) {
+            for (int w = tid; w < CW; w += GBNN_THREADS) {
+                const int c = w / LW;
+                const int q = w - c * LW;
                 unsigned int m = s0[w];
                 if (c == cb) {
                     m = srem[w];
@@ -233,13 +248,13 @@ __device__ __forceinline__ void gbnn_disambiguate(const unsigned int* __restrict
             }
             force = cb;
             __syncthreads();
-            gbnn_fixpoint(W, sv, sn, sx, w, own);
+            gbnn_fixpoint(W, sv, sn, sx, tid);
             continue;
         }
         if (force >= 0) amb = force;
         if (amb < 0) return;  // one neuron per cluster (the last barrier was after the count)
         force = -1;
-        if (w == 0) {
+        if (tid == 0) {
             int cnt = 0;
             for (int u = 0; u < LW; ++u) cnt += __popc(sv[amb * LW + u]);
             const int x = gbnn_pick(sv, amb, cnt, h);
@@ -248,57 +263,67 @@ __device__ __forceinline__ void gbnn_disambiguate(const unsigned int* __restrict
             *spick = x;
         }
         __syncthreads();
-        if (own && c == amb) {
-            const int x = *spick;
-            srem[w] = sv[w];
-            sv[w] = ((x >> 5) == q) ? (1u << (x & 31)) : 0u;
+        const int x = *spick;
+        for (int w = tid; w < CW; w += GBNN_THREADS) {
+            const int c = w / LW;
+            if (c == amb) {
+                const int q = w - c * LW;
+                srem[w] = sv[w];
+                sv[w] = ((x >> 5) == q) ? (1u << (x & 31)) : 0u;
+            }
         }
         ++depth;
         __syncthreads();
-        gbnn_fixpoint(W, sv, sn, sx, w, own);
+        gbnn_fixpoint(W, sv, sn, sx, tid);
     }
 }
 #endif
 
-// One block of GBNN_THREADS threads per probe. A block may hold 65,536 registers: up to 256
-// threads any register count fits (255 at most per thread); larger blocks get a launch bound
-// so that the compiler keeps within 65,536 / GBNN_THREADS (64 for 1,024 threads).
-#define GBNN_THREADS (((CW + 31) / 32) * 32)
+// A block may hold 65,536 registers: up to 256 threads any register count fits (255 at most
+// per thread); larger blocks get a launch bound so that the compiler keeps within
+// 65,536 / GBNN_THREADS (64 for 1,024 threads).
 #if GBNN_THREADS > 256
 #define GBNN_RETRIEVE_BOUNDS __launch_bounds__(GBNN_THREADS, 1)
 #else
 #define GBNN_RETRIEVE_BOUNDS
 #endif
 
-extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int* __restrict__ W, const int* __restrict__ X,
-                                         long long K, unsigned long long seed, double gamma,
-                                         int max_iter, int* __restrict__ out_msg, int* __restrict__ out_cnt,
-                                         int* __restrict__ out_iter, unsigned char* __restrict__ out_conv)
+// Dynamic shared memory (bytes), carved below; the engine's shared_bytes() computes the same:
+//   sum-of-sum:        smax double[CW], smask, sv, sn uint[CW], sx, scnt int[NC]  = 20 CW + 8 NC
+//   sum-of-max, joint: sv, sn, s0, srem uint[CW], sx, scnt, sstk_c, sstk_x int[NC] = 16 CW + 16 NC
+extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int* __restrict__ W,
+                                                              const int* __restrict__ X, long long K,
+                                                              unsigned long long seed, double gamma, int max_iter,
+                                                              int* __restrict__ out_msg, int* __restrict__ out_cnt,
+                                                              int* __restrict__ out_iter,
+                                                              unsigned char* __restrict__ out_conv)
 {
-    __shared__ unsigned int sv[CW];
-    __shared__ unsigned int sn[CW];
-    __shared__ int sx[NC];
-    __shared__ int scnt[NC];
+    extern __shared__ __align__(16) unsigned char gbnn_smem[];
     __shared__ unsigned long long shash;
 #if RULE == 0
-    __shared__ double smax[CW];
+    double* smax = reinterpret_cast<double*>(gbnn_smem);                // largest score of each word
+    unsigned int* smask = reinterpret_cast<unsigned int*>(smax + CW);  // the bits reaching it
+    unsigned int* sv = smask + CW;
+    unsigned int* sn = sv + CW;
+    int* sx = reinterpret_cast<int*>(sn + CW);
+    int* scnt = sx + NC;
 #else
-    __shared__ unsigned int s0[CW];    // the rule's final state (n_candidates)
-    __shared__ unsigned int srem[CW];  // candidates left in each clamped cluster
-    __shared__ int sstk_c[NC];         // clamped cluster per depth
-    __shared__ int sstk_x[NC];         // clamped neuron per depth
     __shared__ int spick;
+    unsigned int* sv = reinterpret_cast<unsigned int*>(gbnn_smem);
+    unsigned int* sn = sv + CW;
+    unsigned int* s0 = sn + CW;    // the rule's final state (n_candidates)
+    unsigned int* srem = s0 + CW;  // candidates left in each clamped cluster
+    int* sx = reinterpret_cast<int*>(srem + CW);
+    int* scnt = sx + NC;
+    int* sstk_c = scnt + NC;  // clamped cluster per depth
+    int* sstk_x = sstk_c + NC;  // clamped neuron per depth
 #endif
-    const int w = threadIdx.x;
-    const bool own = w < CW;
-    const int c = own ? w / LW : 0;
-    const int q = own ? w - c * LW : 0;
-    const unsigned int vmask = own ? gbnn_valid_mask(q) : 0u;
+    const int tid = threadIdx.x;
 
     for (long long k = blockIdx.x; k < K; k += gridDim.x) {
-        if (w < NC) sx[w] = X[k * NC + w];
+        for (int cl = tid; cl < NC; cl += GBNN_THREADS) sx[cl] = X[k * NC + cl];
         __syncthreads();
-        if (w == 0) {
+        if (tid == 0) {
             unsigned long long h = seed;
             for (int c2 = 0; c2 < NC; ++c2) {
                 h = gbnn_mix64((h + GBNN_GOLDEN) ^ (unsigned long long)(long long)(sx[c2] + 1));
@@ -310,16 +335,18 @@ extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int
 
 #if RULE == 0
         // ---------------- SUM-OF-SUM (eqs. 3-5): erased clusters start all-off ----------------
-        if (own) {
-            int x = sx[c];
+        for (int w = tid; w < CW; w += GBNN_THREADS) {
+            const int c = w / LW;
+            const int q = w - c * LW;
+            const int x = sx[c];
             sv[w] = (x >= 0 && (x >> 5) == q) ? (1u << (x & 31)) : 0u;
         }
         __syncthreads();
         while (t < max_iter) {
-            unsigned int pl[NPLANES];
+            for (int w = tid; w < CW; w += GBNN_THREADS) {
+                unsigned int pl[NPLANES];
 #pragma unroll
-            for (int p = 0; p < NPLANES; ++p) pl[p] = 0u;
-            if (own) {
+                for (int p = 0; p < NPLANES; ++p) pl[p] = 0u;
                 // Bit-sliced counters: add row word w of every active neuron.
                 for (int u = 0; u < CW; ++u) {
                     unsigned int vv = sv[u];
@@ -338,56 +365,60 @@ extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int
                         }
                     }
                 }
+                // The word's largest score and the bits reaching it (a cluster keeps the bits of
+                // its words whose largest score is the cluster's maximum).
                 const unsigned int old = sv[w];
                 double mx = -1.0;
-                unsigned int bits = vmask;
+                unsigned int mask = 0u;
+                unsigned int bits = gbnn_valid_mask(w - (w / LW) * LW);
                 while (bits) {
                     int b = __ffs(bits) - 1;
                     bits &= bits - 1u;
                     double s = gbnn_sos_score(pl, old, b, gamma);
-                    mx = s > mx ? s : mx;
+                    if (s > mx) {
+                        mx = s;
+                        mask = 1u << b;
+                    } else if (s == mx) {
+                        mask |= 1u << b;
+                    }
                 }
                 smax[w] = mx;
+                smask[w] = mask;
             }
             __syncthreads();
-            if (own) {
+            for (int w = tid; w < CW; w += GBNN_THREADS) {
+                const int c = w / LW;
                 double cm = smax[c * LW];
                 for (int u = 1; u < LW; ++u) {
                     double v2 = smax[c * LW + u];
                     cm = v2 > cm ? v2 : cm;
                 }
-                const unsigned int old = sv[w];
-                unsigned int res = 0u;
-                unsigned int bits = vmask;
-                while (bits) {
-                    int b = __ffs(bits) - 1;
-                    bits &= bits - 1u;
-                    if (gbnn_sos_score(pl, old, b, gamma) == cm) res |= 1u << b;
-                }
-                sn[w] = res;
+                sn[w] = smax[w] == cm ? smask[w] : 0u;
             }
             ++t;
-            if (!gbnn_commit(sv, sn, w, own)) {
+            if (!gbnn_commit(sv, sn, tid)) {
                 conv = 1;
                 break;
             }
         }
 #elif RULE == 1
         // ---------------- SUM-OF-MAX (eqs. 6-7) with BAIL-OUT-EARLY: erased start all-on ---------
-        if (own) {
-            int x = sx[c];
-            sv[w] = (x < 0) ? vmask : (((x >> 5) == q) ? (1u << (x & 31)) : 0u);
+        for (int w = tid; w < CW; w += GBNN_THREADS) {
+            const int c = w / LW;
+            const int q = w - c * LW;
+            const int x = sx[c];
+            sv[w] = (x < 0) ? gbnn_valid_mask(q) : (((x >> 5) == q) ? (1u << (x & 31)) : 0u);
         }
         __syncthreads();
         while (t < max_iter) {
-            if (own) {
+            for (int w = tid; w < CW; w += GBNN_THREADS) {
                 // gamma > 0: only active neurons can stay on (Lemma 1); gamma == 0: eq. 7 lets any
                 // neuron with C-1 signals turn on.
-                unsigned int cand = gamma > 0.0 ? sv[w] : vmask;
+                unsigned int cand = gamma > 0.0 ? sv[w] : gbnn_valid_mask(w - (w / LW) * LW);
                 sn[w] = gbnn_som_word(W, sv, sx, w, cand, false);
             }
             ++t;
-            if (!gbnn_commit(sv, sn, w, own)) {
+            if (!gbnn_commit(sv, sn, tid)) {
                 conv = 1;
                 break;
             }
@@ -396,13 +427,15 @@ extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int
         // ---------------- JOINT (Algorithm 2) ----------------
         // Step 1 (one sum-of-sum step from the known clusters): an erased-cluster neuron stays a
         // candidate iff it receives C-e signals, i.e. it is connected to every known neuron.
-        if (own) {
-            int x = sx[c];
+        for (int w = tid; w < CW; w += GBNN_THREADS) {
+            const int c = w / LW;
+            const int q = w - c * LW;
+            const int x = sx[c];
             unsigned int acc;
             if (x >= 0) {
                 acc = ((x >> 5) == q) ? (1u << (x & 31)) : 0u;
             } else {
-                acc = vmask;
+                acc = gbnn_valid_mask(q);
                 for (int c2 = 0; c2 < NC && acc; ++c2) {
                     int x2 = sx[c2];
                     if (x2 < 0) continue;
@@ -414,7 +447,7 @@ extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int
         t = 1;
         __syncthreads();
         while (true) {
-            gbnn_count(sv, scnt, w, own, c);
+            gbnn_count(sv, scnt, tid);
             int empty = 0, unresolved = 0;
             for (int c2 = 0; c2 < NC; ++c2) {
                 empty |= scnt[c2] == 0;
@@ -425,7 +458,7 @@ extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int
             if (empty) {
                 // A cluster without neurons gives no signal: sum-of-max would switch every
                 // neuron off (the probe is explained by no stored clique).
-                if (own) sv[w] = 0u;
+                for (int w = tid; w < CW; w += GBNN_THREADS) sv[w] = 0u;
                 __syncthreads();
                 conv = 1;
                 break;
@@ -437,20 +470,26 @@ extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int
                 // BAIL-OUT-EARLY over the candidate pool of unresolved erased clusters only; known
                 // clusters are skipped in the test (every candidate is connected to them) and
                 // resolved clusters stay frozen (Lemma 1, Theorem 2).
-                if (own) {
-                    bool upd = sx[c] < 0 && scnt[c] > 1;
+                for (int w = tid; w < CW; w += GBNN_THREADS) {
+                    const int c = w / LW;
+                    const bool upd = sx[c] < 0 && scnt[c] > 1;
                     sn[w] = upd ? gbnn_som_word(W, sv, sx, w, sv[w], true) : sv[w];
                 }
                 ++t;
-                if (gbnn_commit(sv, sn, w, own)) continue;
+                if (gbnn_commit(sv, sn, tid)) continue;
                 full_check = true;
             }
             if (full_check) {
                 // Frozen clusters are exact only if the state is a true sum-of-max fixed point;
                 // otherwise some frozen neuron dies, its cluster empties and everything goes off.
-                if (own) sn[w] = gbnn_som_word(W, sv, sx, w, sv[w], false);
-                int bad = __syncthreads_or(own && sn[w] != sv[w]);
-                if (bad && own) sv[w] = 0u;
+                int diff = 0;
+                for (int w = tid; w < CW; w += GBNN_THREADS) {
+                    sn[w] = gbnn_som_word(W, sv, sx, w, sv[w], false);
+                    diff |= sn[w] != sv[w];
+                }
+                if (__syncthreads_or(diff)) {
+                    for (int w = tid; w < CW; w += GBNN_THREADS) sv[w] = 0u;
+                }
                 __syncthreads();
                 conv = 1;
                 break;
@@ -460,27 +499,27 @@ extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int
 #if RULE != 0
         // ---------------- an ambiguous fixed point becomes one of its cliques ----------------
         // (sum-of-max with gamma > 0 and joint; gamma == 0 would switch clamped-off neurons back on)
-        if (own) s0[w] = sv[w];
+        for (int w = tid; w < CW; w += GBNN_THREADS) s0[w] = sv[w];
         if (conv && (RULE == 2 || gamma > 0.0)) {
             __syncthreads();
-            gbnn_disambiguate(W, sv, sn, s0, srem, scnt, sstk_c, sstk_x, &spick, sx, shash, w, own, c, q);
+            gbnn_disambiguate(W, sv, sn, s0, srem, scnt, sstk_c, sstk_x, &spick, sx, shash, tid);
         }
         __syncthreads();
 #endif
         // ---------------- pick one survivor per cluster, (rnd mod count)-th in order ----------------
-        if (w < NC) {
+        for (int cl = tid; cl < NC; cl += GBNN_THREADS) {
             int cnt = 0;
-            for (int u = 0; u < LW; ++u) cnt += __popc(sv[w * LW + u]);
+            for (int u = 0; u < LW; ++u) cnt += __popc(sv[cl * LW + u]);
 #if RULE != 0
             int cnt0 = 0;  // n_candidates: the rule's final state, before disambiguation
-            for (int u = 0; u < LW; ++u) cnt0 += __popc(s0[w * LW + u]);
+            for (int u = 0; u < LW; ++u) cnt0 += __popc(s0[cl * LW + u]);
 #else
             const int cnt0 = cnt;
 #endif
-            out_msg[k * NC + w] = cnt > 0 ? gbnn_pick(sv, w, cnt, shash) : -1;
-            out_cnt[k * NC + w] = cnt0;
+            out_msg[k * NC + cl] = cnt > 0 ? gbnn_pick(sv, cl, cnt, shash) : -1;
+            out_cnt[k * NC + cl] = cnt0;
         }
-        if (w == 0) {
+        if (tid == 0) {
             out_iter[k] = t;
             out_conv[k] = (unsigned char)conv;
         }

@@ -29,7 +29,6 @@ from .._backend import array_module, check_memory, is_device_array, same_type_as
 from ..base import DeviceMixin
 from . import _gbnn_cpu, _gbnn_cuda
 from ._gbnn_cpu import _n_words
-from ._gbnn_cuda import MAX_GPU_ROW_WORDS
 
 __all__ = ["GBNNMemory", "RetrievalResult", "theoretical_density", "erasure_error_rate", "gbnn_bytes"]
 
@@ -244,8 +243,9 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         this seed and the probe's content, so it is the same on both devices and for
         any order or batching of the probes.
     device : {'auto', 'cpu', 'cuda'}, default='auto'
-        Where ``W`` lives and retrieval runs. ``'auto'`` picks CUDA when usable (and
-        the configuration fits the GPU kernels, see ``MAX_GPU_ROW_WORDS``).
+        Where ``W`` lives and retrieval runs. ``'auto'`` picks CUDA when usable and a
+        probe's state fits one block's shared memory (``C·ceil(L/32)`` up to about
+        11,600 words on an H100), else the CPU.
 
     Attributes
     ----------
@@ -455,11 +455,13 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
                 raise ValueError(f"X has a symbol {mx}, but cluster_size={L} (symbols must be < {L}).")
             device = self._resolve_device()
             CW = C * _n_words(L)
-            if device == "cuda" and CW > MAX_GPU_ROW_WORDS:
+            if device == "cuda" and not _gbnn_cuda.supports(C, L):
                 if self.device == "cuda":
+                    need = max(_gbnn_cuda.shared_bytes(C, L, r) for r in ("sum-of-sum", "joint"))
                     raise ValueError(
-                        f"device='cuda' handles n_clusters * ceil(cluster_size / 32) <= {MAX_GPU_ROW_WORDS} "
-                        f"words per neuron row; C={C}, L={L} needs {CW}. Use device='cpu'."
+                        f"device='cuda' keeps a probe's state (n_clusters * ceil(cluster_size / 32) = {CW} "
+                        f"words for C={C}, L={L}: {need} bytes) in one block's shared memory, more than "
+                        "this GPU allows; use device='cpu'."
                     )
                 device = self.device_ = "cpu"
             self._check_size(X.shape[0], "fit", C, L, device)

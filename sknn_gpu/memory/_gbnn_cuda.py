@@ -10,17 +10,40 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import get_cupy
+from .._backend import device_limits, get_cupy
 from .._kernels import get_function
 from ._gbnn_cpu import _n_planes, _n_words
 
-__all__ = ["store", "count_edges", "retrieve", "work_bytes", "MAX_GPU_ROW_WORDS"]
-
-#: Largest number of 32-bit words per neuron row the GPU kernels handle (one thread
-#: per word, one block per probe): ``n_clusters * ceil(cluster_size / 32) <= 1024``.
-MAX_GPU_ROW_WORDS = 1024
+__all__ = ["store", "count_edges", "retrieve", "work_bytes", "shared_bytes", "supports"]
 
 _RULE_IDS = {"sum-of-sum": 0, "sum-of-max": 1, "joint": 2}
+#: Threads per retrieval block at most (GBNN_MAX_THREADS in gbnn.cu); wider states give each
+#: thread several words.
+_MAX_THREADS = 1024
+#: Static shared memory of the retrieval kernel (the hash and the clamped neuron), rounded up.
+_STATIC_SHARED = 64
+#: Dynamic shared memory a kernel may use without raising its opt-in limit.
+_DEFAULT_DYNAMIC_SHARED = 48 * 1024
+
+
+def shared_bytes(C, L, rule):
+    """Dynamic shared memory of one retrieval block: the probe's state and its scratch.
+
+    Sum-of-sum: ``20·CW + 8·C`` bytes (scores, masks, state, new state; symbols, counts);
+    sum-of-max and joint: ``16·CW + 16·C`` (state, new state, final state, candidates;
+    symbols, counts, clamp stack), with ``CW = C·ceil(L/32)`` (the carving in gbnn.cu).
+    """
+    CW = int(C) * _n_words(L)
+    return 20 * CW + 8 * int(C) if rule == "sum-of-sum" else 16 * CW + 16 * int(C)
+
+
+def supports(C, L):
+    """True when a probe's state fits one block's shared memory on this GPU, for every rule.
+
+    Up to about 11,600 words per row (``C·ceil(L/32)``) on an H100 (227 KiB per block).
+    """
+    need = max(shared_bytes(C, L, rule) for rule in _RULE_IDS) + _STATIC_SHARED
+    return need <= device_limits().smem_per_block_optin
 
 
 def _defines(C, L):
@@ -68,8 +91,10 @@ def count_edges(W, C, L):
 def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
     """Complete the probes ``X`` (K, C) (``-1`` = erased) with ``rule``; see the CPU engine.
 
-    One thread block per probe, all probes in one launch (``serial=False``, the paper's
-    parallel decoding), or one launch per probe (``serial=True``, its serial decoding).
+    One thread block per probe (up to 1,024 threads, each owning every 1,024-th word of
+    the state, which lives in dynamic shared memory: :func:`shared_bytes`), all probes in
+    one launch (``serial=False``, the paper's parallel decoding), or one launch per probe
+    (``serial=True``, its serial decoding).
     The kernel computes the tie-breaking hash itself (the same integer steps as the CPU
     engine's ``_tie_keys``). Returns CuPy arrays.
     """
@@ -83,13 +108,17 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
     cnts = cp.empty((K, C), dtype=cp.int32)
     iters = cp.empty(K, dtype=cp.int32)
     convs = cp.empty(K, dtype=cp.uint8)
-    threads = ((d["CW"] + 31) // 32) * 32
+    threads = min(_MAX_THREADS, ((d["CW"] + 31) // 32) * 32)
+    smem = shared_bytes(C, L, rule)
+    if smem > _DEFAULT_DYNAMIC_SHARED:
+        kern.max_dynamic_shared_size_bytes = smem  # opt in (idempotent)
     tail = (np.uint64(seed), np.float64(gamma), np.int32(max_iter))
     if serial:
         for k in range(K):
             r = slice(k, k + 1)
-            kern((1,), (threads,), (W, X[r], np.int64(1), *tail, msgs[r], cnts[r], iters[r], convs[r]))
+            args = (W, X[r], np.int64(1), *tail, msgs[r], cnts[r], iters[r], convs[r])
+            kern((1,), (threads,), args, shared_mem=smem)
     else:
         grid = int(min(K, 2**31 - 1))
-        kern((grid,), (threads,), (W, X, np.int64(K), *tail, msgs, cnts, iters, convs))
+        kern((grid,), (threads,), (W, X, np.int64(K), *tail, msgs, cnts, iters, convs), shared_mem=smem)
     return msgs, cnts, iters, convs.astype(cp.bool_)
