@@ -144,14 +144,20 @@ def fig9(args, data, K):
     )
     fig, ax = new_figure(args)
     if fig is not None:
-        es = list(data)
-        for rule, marker in zip(RULES, "osx"):
-            ax.plot(es, [data[e][rule][0] for e in es], marker=marker, label=rule)
+        _plot_rules(ax, data, 0, "retrieval rate", f"Fig. 9: C=8, L=128, 5,000 stored, {K:,} probes, gamma=2")
         ax.set_xlabel("erased clusters (of 8)")
-        ax.set_ylabel("retrieval rate")
-        ax.set_title(f"Fig. 9: C=8, L=128, 5,000 stored, {K:,} probes, gamma=2")
-        ax.legend()
         save_plot(fig, args.plots, "gbnn_fig9_rate_vs_erased")
+
+
+def _plot_rules(ax, data, key, ylabel, title, log=False):
+    """One line per rule: ``data[e][rule][key]`` (0: rate, 1: time) against the erasures ``e``."""
+    es = list(data)
+    for rule, marker in zip(RULES, "osx"):
+        (ax.semilogy if log else ax.plot)(es, [data[e][rule][key] for e in es], marker=marker, label=rule)
+    ax.set_xlabel("erased clusters")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
 
 
 def _peak(data, rule, key):
@@ -228,13 +234,7 @@ def plot_fig14(args, s1, s2):
     if fig is None:
         return
     for ax, (name, data) in zip(axes, (("Scenario 1 (C=8, L=128)", s1), ("Scenario 2 (C=16, L=512)", s2))):
-        es = list(data)
-        for rule, marker in zip(RULES, "osx"):
-            ax.semilogy(es, [data[e][rule][1] for e in es], marker=marker, label=rule)
-        ax.set_xlabel("erased clusters")
-        ax.set_ylabel("retrieval time (s)")
-        ax.set_title(f"Fig. 14: {name}")
-        ax.legend()
+        _plot_rules(ax, data, 1, "retrieval time (s)", f"Fig. 14: {name}", log=True)
     save_plot(fig, args.plots, "gbnn_fig14_time_vs_erased")
 
 
