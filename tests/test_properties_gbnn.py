@@ -203,8 +203,15 @@ FITTED_CASES = [
 ]
 
 
+# On the GPU a state this wide (C·ceil(L/32) words) does not fit one block's shared memory,
+# which is refused first (device='cuda'; 'auto' would use the CPU).
+CUDA_FIT_CASES = {"oversize memory": (ValueError, "shared memory")}
+
+
 @pytest.mark.parametrize("what, params, X, exc, match", FIT_CASES, ids=[c[0] for c in FIT_CASES])
 def test_bad_fit_input_is_refused(device, what, params, X, exc, match):
+    if device == "cuda":
+        exc, match = CUDA_FIT_CASES.get(what, (exc, match))
     mem = GBNNMemory(device=device).set_params(**params)
     with pytest.raises(exc, match=match):
         mem.fit(_to(device, X))
@@ -225,6 +232,21 @@ def test_bad_input_to_a_fitted_memory_is_refused(device, method, what, X, exc, m
         else:
             getattr(mem, method)(_to(device, X))
     assert np.array_equal(to_host(mem.W_), W) and mem.n_messages_seen_ == len(F)
+
+
+def test_work_beyond_free_memory_is_refused_on_every_device(device, monkeypatch):
+    from sknn_gpu import _backend
+
+    mem = GBNNMemory(device=device, cluster_size=16, random_state=0).fit(_to(device, F))
+    monkeypatch.setattr(_backend, "free_memory", lambda dev: 100)  # 100 bytes free everywhere
+    match = r"retrieve of 4 probes .* needs \d+ bytes .* only 100 bytes"
+    with pytest.raises(InsufficientMemoryError, match=match):
+        mem.predict(_to(device, F))
+    with pytest.raises(InsufficientMemoryError, match="partial_fit of 4 messages"):
+        mem.partial_fit(_to(device, F))
+    with pytest.raises(InsufficientMemoryError, match="fit of 4 messages"):
+        GBNNMemory(device=device, cluster_size=16).fit(_to(device, F))
+    assert mem.n_messages_seen_ == len(F)
 
 
 def test_unfitted_memory_refuses_to_predict(device):
