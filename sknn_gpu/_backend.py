@@ -241,6 +241,8 @@ def to_device(x, device):
 
         if x.format not in ("csr", "csc", "coo"):
             x = x.tocsr()
+        if x.dtype.kind not in "bfc":  # cupyx holds bool and floating values only
+            x = x.astype(np.float64)  # integers are exact in float64 up to 2**53
         return {"csr": csp.csr_matrix, "csc": csp.csc_matrix, "coo": csp.coo_matrix}[x.format](x)
     return cupy.asarray(x)
 

@@ -378,3 +378,12 @@ def test_device_copy_on_the_cpu_returns_host_values_without_caching(rng):
     assert est._device_copy("mean_") is est.mean_
     assert est._device_copy("layers_") is est.layers_
     assert "_device_cache" not in est.__dict__
+
+
+@pytest.mark.cuda
+def test_integer_sparse_input_moves_to_the_gpu_as_float64():
+    s = sp.random(5, 4, density=0.5, format="csr", random_state=0, dtype=np.float64)
+    s.data = np.arange(1, s.nnz + 1, dtype=np.float64)
+    ds = to_device(s.astype(np.int64), "cuda")
+    assert ds.dtype == np.float64
+    np.testing.assert_array_equal(to_host(ds).toarray(), s.toarray())

@@ -687,8 +687,8 @@ def test_wide_rows_run_on_the_cpu(rng):
 def test_cpu_gpu_parity_beyond_1024_words_per_row(C, L, rng):
     # 1,026 words: 1,024 threads owning two words each; 4,000 words: 64-80 KiB of dynamic
     # shared memory per block (beyond the 48 KiB default, so the launch opts in)
-    msgs = rng.integers(0, L, size=(300, C))
-    msgs[:, 0] = rng.choice(L, size=300, replace=False)  # one completion per probe
+    # every column distinct across messages: whichever symbol a probe keeps, one completion
+    msgs = np.stack([rng.choice(L, size=300, replace=False) for _ in range(C)], axis=1)
     probes = np.vstack([_erase(msgs[:20], 1, rng), msgs[20:22]])
     cpu = GBNNMemory(device="cpu", cluster_size=L, random_state=2).fit(msgs)
     gpu = GBNNMemory(device="cuda", cluster_size=L, random_state=2).fit(msgs)

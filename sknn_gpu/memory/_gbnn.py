@@ -457,6 +457,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             CW = C * _n_words(L)
             if device == "cuda" and not _gbnn_cuda.supports(C, L):
                 if self.device == "cuda":
+                    self._check_size(X.shape[0], "fit", C, L, device)  # a size no device holds says so first
                     need = max(_gbnn_cuda.shared_bytes(C, L, r) for r in ("sum-of-sum", "joint"))
                     raise ValueError(
                         f"device='cuda' keeps a probe's state (n_clusters * ceil(cluster_size / 32) = {CW} "
