@@ -1,10 +1,49 @@
-"""The ``sknn-gpu`` command line."""
+"""The ``sknn-gpu`` command line.
+
+Every error is one line on stderr: exit status 2 for usage errors (a bad option
+value, an output extension no image format has) and 1 for runtime ones (a missing
+or unreadable input, an output directory that does not exist, too little memory,
+no GPU for ``--device cuda``, a full disk). ``--debug`` shows the traceback instead.
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import platform
 import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+#: Exit statuses.
+EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
+#: Seconds before the first progress line on a terminal, and between two of them.
+PROGRESS_DELAY = 1.0
+PROGRESS_EVERY = 1.0
+
+_PILLOW_HINT = "Pillow is needed to read and write image files: pip install sknn-gpu[demo]"
+
+
+class UsageError(Exception):
+    """A problem with the command line itself (exit status 2)."""
+
+
+class CommandError(Exception):
+    """A problem met while running a valid command (exit status 1)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (argparse prints the whole usage block first)."""
+
+    def error(self, message):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {_one_line(message)} (see {self.prog} --help)\n")
+
+
+def _one_line(text):
+    return " ".join(str(text).split())
 
 
 def _versions():
@@ -54,60 +93,347 @@ def info_lines():
 
 def _cmd_info(args):
     print("\n".join(info_lines()))
-    return 0
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ halftone
+def _pillow():
+    try:
+        from PIL import Image
+    except ImportError:
+        raise CommandError(_PILLOW_HINT) from None
+    return Image
+
+
+def _check_output_path(path, Image):
+    """The Pillow format for ``path``; refuses what cannot be written, before any work."""
+    ext = path.suffix.lower()
+    fmt = Image.registered_extensions().get(ext)
+    if fmt is None or fmt not in Image.SAVE:
+        what = f"unknown image extension {ext!r}" if ext else "no file extension"
+        raise UsageError(
+            f"output {str(path)!r}: {what}; use one Pillow can write, e.g. .png, .tif, .bmp, .webp"
+        )
+    parent = path.parent
+    ancestor = parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if ancestor.exists() and not ancestor.is_dir():
+        raise CommandError(f"cannot write {str(path)!r}: {str(ancestor)!r} is a file, not a directory")
+    if not parent.is_dir():
+        raise CommandError(f"cannot write {str(path)!r}: the directory {str(parent)!r} does not exist")
+    if path.is_dir():
+        raise CommandError(f"cannot write {str(path)!r}: it is a directory")
+    if not os.access(parent, os.W_OK):
+        raise CommandError(f"cannot write {str(path)!r}: no permission to write in {str(parent)!r}")
+    return fmt
+
+
+def _output_mode(fmt, channels, Image):
+    """Pillow mode for a halftone with ``channels`` channels in format ``fmt``; drops alpha if needed."""
+    import io
+
+    mode = {1: "L", 2: "LA", 3: "RGB", 4: "RGBA"}[channels]
+    for candidate in (mode, mode[:-1] if mode.endswith("A") else mode):
+        try:
+            Image.new(candidate, (1, 1)).save(io.BytesIO(), format=fmt)
+        except (OSError, ValueError, KeyError):
+            continue
+        return candidate
+    raise UsageError(f"the {fmt} format cannot store a {mode} image; use .png or .tif")
+
+
+def _open_input(path, Image):
+    """Open an image file (header only); one clear error for each way it can fail."""
+    if not path.exists():
+        raise CommandError(f"input file not found: {str(path)!r}")
+    if path.is_dir():
+        raise CommandError(f"input {str(path)!r} is a directory, not an image file")
+    if path.stat().st_size == 0:
+        raise CommandError(f"input file {str(path)!r} is empty")
+    try:
+        with warnings.catch_warnings():
+            # between MAX_IMAGE_PIXELS and twice that Pillow only warns; our size estimate decides
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            return Image.open(path)
+    except Image.DecompressionBombError as exc:
+        raise CommandError(
+            f"input {str(path)!r} refused: {_one_line(exc)} (a header this large is how decompression "
+            "bombs look; PIL.Image.MAX_IMAGE_PIXELS sets the limit)"
+        ) from exc
+    except Image.UnidentifiedImageError as exc:
+        raise CommandError(f"input {str(path)!r} is not an image file Pillow can read") from exc
+    except OSError as exc:
+        raise CommandError(f"cannot read {str(path)!r}: {_one_line(exc.strerror or exc)}") from exc
+
+
+#: Pillow modes read as they are (uint8), converted to one of those, or read in their own range.
+_KEEP = {"L": 1, "LA": 2, "RGB": 3, "RGBA": 4}
+_CONVERT = {"1": "L", "P": None, "PA": "RGBA", "La": "LA", "RGBa": "RGBA", "RGBX": "RGB", "CMYK": "RGB"}
+_CONVERT.update({"YCbCr": "RGB", "LAB": "RGB", "HSV": "RGB"})
+_WIDE = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535, "I": 65535, "F": 1.0}
+
+
+def _plan(im):
+    """(channels, dtype of the array handed to the halftoner) from an image's header."""
+    import numpy as np
+
+    mode = im.mode
+    if mode in _KEEP:
+        return _KEEP[mode], np.uint8
+    if mode in _WIDE:
+        return 1, np.float64 if mode != "F" else np.float32
+    if mode in _CONVERT:
+        target = _CONVERT[mode] or ("RGBA" if "transparency" in im.info else "RGB")
+        return _KEEP[target], np.uint8
+    raise CommandError(f"input images of Pillow mode {mode!r} are not supported")
+
+
+def _read_pixels(im, path):
+    """Decode the pixels into an array in [0, 1] (float) or uint8, keeping the image's tone.
+
+    16-bit and 32-bit integer images are divided by 65535 and float images read as
+    they are (``convert('L')`` would clip both to 8 bits).
+    """
+    import numpy as np
+
+    mode = im.mode
+    try:
+        im.load()
+        if mode in _CONVERT:
+            target = _CONVERT[mode] or ("RGBA" if "transparency" in im.info else "RGB")
+            im = im.convert(target)
+        arr = np.asarray(im)
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise CommandError(f"input {str(path)!r} is truncated or corrupt: {_one_line(exc)}") from exc
+    if mode not in _WIDE:
+        return np.ascontiguousarray(arr, dtype=np.uint8)
+    if mode == "F":
+        lo, hi = float(np.min(arr)), float(np.max(arr))
+        if not (math.isfinite(lo) and math.isfinite(hi)) or lo < 0.0 or hi > 1.0:
+            raise CommandError(
+                f"input {str(path)!r} is a float image with values in [{lo:g}, {hi:g}]; "
+                "intensities must lie in [0, 1]"
+            )
+        return np.ascontiguousarray(arr, dtype=np.float32)
+    lo, hi = int(np.min(arr)), int(np.max(arr))
+    if lo < 0 or hi > 65535:
+        raise CommandError(
+            f"input {str(path)!r} is a 32-bit integer image with values in [{lo}, {hi}]; only "
+            "16-bit values (0..65535) are supported"
+        )
+    return arr.astype(np.float64) / 65535.0
+
+
+def _to_uint8(out, levels):
+    """Halftone levels as uint8 ``round(255 k / (m - 1))``, the same integers as uint8 input gives."""
+    import numpy as np
+
+    if out.dtype == np.uint8:
+        return out
+    k = np.rint(np.asarray(out, dtype=np.float64) * (levels - 1)).astype(np.int64)
+    return ((k * 510 + (levels - 1)) // (2 * (levels - 1))).astype(np.uint8)
+
+
+class _Progress:
+    """A stderr line refreshed every second while a long computation runs (terminals only)."""
+
+    def __init__(self, label, stream=None):
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self._stop = threading.Event()
+        self._thread = None
+        self._shown = False
+
+    def __enter__(self):
+        isatty = getattr(self.stream, "isatty", None)
+        if isatty is not None and isatty():
+            self._t0 = time.perf_counter()
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self):
+        if self._stop.wait(PROGRESS_DELAY):
+            return
+        while True:
+            elapsed = time.perf_counter() - self._t0
+            self.stream.write(f"\r{self.label}: {elapsed:.0f} s elapsed")
+            self.stream.flush()
+            self._shown = True
+            if self._stop.wait(PROGRESS_EVERY):
+                return
+
+    def __exit__(self, *exc):
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            if self._shown:
+                self.stream.write("\n")
+                self.stream.flush()
+        return False
+
+
+def _save(Image, arr, mode, path, fmt):
+    """Write through a temporary file in the same directory, so a failure leaves no partial output."""
+    import tempfile
+
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".sknn-gpu-", suffix=path.suffix, dir=path.parent)
+        os.close(fd)
+        im = Image.fromarray(arr)
+        if im.mode != mode:  # pragma: no cover - fromarray infers it from the shape
+            raise CommandError(f"internal error: expected a {mode} image, got {im.mode}")
+        im.save(tmp, format=fmt)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        raise CommandError(f"cannot write {str(path)!r}: {_one_line(exc.strerror or exc)}") from exc
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 def _cmd_halftone(args):
     """Halftone an image file with DTCNNHalftoner and write the result."""
-    import time
-
-    import numpy as np
-    from PIL import Image
-
+    from ._backend import resolve_device
     from .halftone import DTCNNHalftoner
+    from .halftone._templates import default_radius
+
+    radius = args.radius if args.radius is not None else default_radius(args.sigma)
+    if args.first_sweep_spacing is not None and args.first_sweep_spacing < radius + 1:
+        raise UsageError(
+            f"--first-sweep-spacing {args.first_sweep_spacing} must be at least radius + 1 = {radius + 1} "
+            "(or 'none')"
+        )
+    Image = _pillow()
+    src, dst = Path(args.input), Path(args.output)
+    fmt = _check_output_path(dst, Image)
+    try:
+        device = resolve_device(args.device)
+    except RuntimeError as exc:
+        raise CommandError(_one_line(exc)) from exc
+    im = _open_input(src, Image)
+    with im:
+        channels, dtype = _plan(im)
+        mode = _output_mode(fmt, channels, Image)
+        w, h = im.size
+        shape = (h, w) if channels == 1 else (h, w, channels)
+        ht = DTCNNHalftoner(
+            levels=args.levels,
+            sigma=args.sigma,
+            radius=args.radius,
+            max_iter=args.max_iter,
+            init=args.init,
+            first_sweep_spacing=args.first_sweep_spacing,
+            channel_axis=None if channels == 1 else -1,
+            device=device,
+        )
+        decoded = 2 * h * w * channels * max(4, dtype().itemsize)  # Pillow's buffer and our array
+        ht._check_size(shape, dtype, device, extra_host_bytes=decoded)
+        img = _read_pixels(im, src)
+    label = f"halftoning {src.name} ({w} x {h}, {channels} channel{'s' if channels > 1 else ''}) on {device}"
+    t0 = time.perf_counter()
+    with _Progress(label):
+        out = ht.fit_transform(img)
+    seconds = time.perf_counter() - t0
+    out8 = _to_uint8(out, args.levels)
     from .metrics import hvs_psnr
 
-    with Image.open(args.input) as im:
-        if im.mode not in ("L", "RGB"):
-            im = im.convert("RGB" if im.mode in ("RGBA", "P", "CMYK", "YCbCr", "LA") else "L")
-        img = np.asarray(im, dtype=np.uint8)
-    ht = DTCNNHalftoner(
-        levels=args.levels,
-        sigma=args.sigma,
-        radius=args.radius,
-        max_iter=args.max_iter,
-        init=args.init,
-        first_sweep_spacing=args.first_sweep_spacing,
-        device=args.device,
-    )
-    t0 = time.perf_counter()
-    out = ht.fit_transform(img)
-    seconds = time.perf_counter() - t0
-    Image.fromarray(np.ascontiguousarray(out)).save(args.output)
+    k = channels - (channels in (2, 4))  # halftoned channels (alpha aside)
+    colour = (Ellipsis,) if channels == 1 else (Ellipsis, 0) if k == 1 else (Ellipsis, slice(0, k))
+    quality = hvs_psnr(img[colour], out8[colour])
+    if len(mode) < channels:  # the format cannot store alpha
+        out8 = out8[colour]
+        print(f"{_prog()}: note: {fmt} cannot store alpha; the alpha channel was dropped", file=sys.stderr)
+    _save(Image, out8, mode, dst, fmt)
     status = "converged" if ht.converged_ else f"stopped at max_iter={args.max_iter}"
     print(
         f"{args.input} {img.shape} -> {args.output}: {args.levels} levels on {ht.device_}, "
-        f"{ht.n_iter_} sweeps ({status}), {seconds * 1e3:.1f} ms, "
-        f"HVS-PSNR {hvs_psnr(img, out):.2f} dB (sigma 1.5)"
+        f"{ht.n_iter_} sweeps ({status}), {seconds * 1e3:.1f} ms, HVS-PSNR {quality:.2f} dB (sigma 1.5)"
     )
-    return 0
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------ parser
+def _int_in(lo, hi=None):
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or value < lo or (hi is not None and value > hi):
+            span = f"from {lo} to {hi}" if hi is not None else f"of at least {lo}"
+            raise argparse.ArgumentTypeError(f"must be an integer {span}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _positive_float(text):
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text!r}")
+    return value
+
+
+def _spacing(text):
+    if text.strip().lower() == "none":
+        return None
+    return _int_in(2, 64)(text)
+
+
+def _prog():
+    return "sknn-gpu"
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(prog="sknn-gpu", description="sknn_gpu command line tools")
+    """The argument parser of ``sknn-gpu`` (one-line errors, exit status 2)."""
+    from . import __version__
+    from .halftone._templates import MAX_LEVELS, MAX_RADIUS
+
+    parser = _Parser(prog=_prog(), description="sknn_gpu command line tools")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     sub = parser.add_subparsers(dest="command", required=True)
-    p_info = sub.add_parser("info", help="versions, CuPy/CUDA availability, devices and free memory")
+    debug = argparse.ArgumentParser(add_help=False)
+    debug.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    p_info = sub.add_parser(
+        "info", parents=[debug], help="versions, CuPy/CUDA availability, devices and free memory"
+    )
     p_info.set_defaults(func=_cmd_info)
-    p_ht = sub.add_parser("halftone", help="halftone an image file with the asynchronous DT-CNN")
-    p_ht.add_argument("input", help="input image (any format Pillow reads; grey or colour)")
-    p_ht.add_argument("output", help="output image (format from the extension, e.g. .png)")
-    p_ht.add_argument("--levels", type=int, default=2, help="output levels per channel (default 2)")
-    p_ht.add_argument("--sigma", type=float, default=1.2, help="HVS filter width of the template")
-    p_ht.add_argument("--radius", type=int, default=None, help="template radius (default from sigma)")
-    p_ht.add_argument("--max-iter", type=int, default=30, help="maximum number of sweeps")
+    p_ht = sub.add_parser(
+        "halftone", parents=[debug], help="halftone an image file with the asynchronous DT-CNN"
+    )
+    p_ht.add_argument("input", help="input image (any format Pillow reads; grey, colour, 16-bit or float)")
+    p_ht.add_argument("output", help="output image, 8-bit (format from the extension, e.g. .png)")
+    p_ht.add_argument(
+        "--levels",
+        type=_int_in(2, MAX_LEVELS),
+        default=2,
+        help=f"output levels per channel, 2..{MAX_LEVELS} (default 2)",
+    )
+    p_ht.add_argument("--sigma", type=_positive_float, default=1.2, help="HVS filter width of the template")
+    p_ht.add_argument(
+        "--radius",
+        type=_int_in(1, MAX_RADIUS),
+        default=None,
+        help=f"template radius, 1..{MAX_RADIUS} (default from sigma)",
+    )
+    p_ht.add_argument("--max-iter", type=_int_in(1), default=30, help="maximum number of sweeps (>= 1)")
     p_ht.add_argument("--init", default="input", choices=["input", "threshold", "bayer", "random"])
     p_ht.add_argument(
-        "--first-sweep-spacing", type=int, default=30, help="colour-class spacing of the first sweep"
+        "--first-sweep-spacing",
+        type=_spacing,
+        default=30,
+        help="colour-class spacing of the first sweep, 2..64 and at least radius + 1, or 'none'",
     )
     p_ht.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p_ht.set_defaults(func=_cmd_halftone)
@@ -115,9 +441,33 @@ def build_parser():
 
 
 def main(argv=None):
+    """Run ``sknn-gpu``; returns the exit status (0 ok, 1 runtime error, 2 usage error)."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version and usage errors (already printed)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    from ._backend import InsufficientMemoryError
+
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        print(f"{_prog()}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        if isinstance(exc, UsageError):
+            print(f"{_prog()}: error: {_one_line(exc)}", file=sys.stderr)
+            return EXIT_USAGE
+        if isinstance(exc, (CommandError, InsufficientMemoryError, ValueError, TypeError, RuntimeError)):
+            print(f"{_prog()}: error: {_one_line(exc)}", file=sys.stderr)
+        else:
+            detail = f"{type(exc).__name__}: {_one_line(exc)}"
+            print(f"{_prog()}: error: {detail} (run with --debug for the traceback)", file=sys.stderr)
+        return EXIT_RUNTIME
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -209,6 +209,98 @@ def test_quality_regression_on_a_real_photo():
 QUALITY_FLOOR_DB = 37.5
 
 
+# ------------------------------------------------------------------------ layouts (channel_axis)
+def test_rgba_keeps_alpha_and_halftones_the_colour_channels(device, rng):
+    rgb = np.stack([smooth_image(rng, (24, 30)) for _ in range(3)], axis=-1)
+    alpha = rng.random((24, 30))
+    rgba = np.dstack([rgb, alpha])
+    ht = DTCNNHalftoner(device=device, init="bayer")
+    out = ht.fit_transform(rgba)
+    assert out.shape == rgba.shape and ht.n_iter_per_image_.shape == (3,)
+    np.testing.assert_array_equal(out[..., 3], alpha)  # alpha untouched (was halftoned as an image row)
+    np.testing.assert_array_equal(out[..., :3], ht.fit_transform(rgb))
+    # a batch of RGBA uint8 images, and grey + alpha
+    u8 = (rgba * 255).astype(np.uint8)
+    out4 = DTCNNHalftoner(device=device).fit_transform(np.stack([u8, u8[::-1]]))
+    np.testing.assert_array_equal(out4[1, ..., 3], u8[::-1, ..., 3])
+    assert set(np.unique(out4[..., :3]).tolist()) == {0, 255}
+    la = np.dstack([rgb[..., 0], alpha])
+    out_la = DTCNNHalftoner(device=device, channel_axis=-1).fit_transform(la)
+    np.testing.assert_array_equal(out_la[..., 1], alpha)
+    np.testing.assert_array_equal(out_la[..., 0], DTCNNHalftoner(device=device).fit_transform(rgb[..., 0]))
+
+
+def test_ambiguous_stacks_need_an_explicit_channel_axis(device, rng):
+    stack = np.stack([smooth_image(rng, (64, 3)) for _ in range(5)])  # five 64 x 3 grey images
+    with pytest.raises(ValueError, match=r"ambiguous.*channel_axis=-1.*channel_axis=None"):
+        DTCNNHalftoner(device=device).fit(stack)
+    out = DTCNNHalftoner(device=device, channel_axis=None).fit_transform(stack)
+    for i in range(5):
+        np.testing.assert_array_equal(out[i], DTCNNHalftoner(device=device).fit_transform(stack[i]))
+    as_rgb = DTCNNHalftoner(device=device, channel_axis=-1).fit_transform(stack)
+    np.testing.assert_array_equal(
+        as_rgb[..., 1], DTCNNHalftoner(device=device, channel_axis=None).fit_transform(stack[..., 1])
+    )
+    # channels first: (N, C, H, W) is refused in 'auto' and read with channel_axis=1
+    nchw = np.stack([np.stack([smooth_image(rng, (16, 20)) for _ in range(3)]) for _ in range(2)])
+    with pytest.raises(ValueError, match=r"ambiguous.*channel_axis=1"):
+        DTCNNHalftoner(device=device).fit(nchw)
+    out = DTCNNHalftoner(device=device, channel_axis=1).fit_transform(nchw)
+    assert out.shape == nchw.shape
+    np.testing.assert_array_equal(out[1, 2], DTCNNHalftoner(device=device).fit_transform(nchw[1, 2]))
+
+
+def test_single_channel_axis_is_a_grey_image(device, rng):
+    img = smooth_image(rng, (20, 22))
+    ref = DTCNNHalftoner(device=device).fit_transform(img)
+    np.testing.assert_array_equal(DTCNNHalftoner(device=device).fit_transform(img[..., None])[..., 0], ref)
+    np.testing.assert_array_equal(
+        DTCNNHalftoner(device=device, channel_axis=0).fit_transform(img[None])[0], ref
+    )
+
+
+@pytest.mark.parametrize(
+    "shape, channel_axis, match",
+    [
+        ((8, 8), -1, "no channel axis"),
+        ((8, 8, 3), 3, "out of range"),
+        ((8, 8, 3), -4, "out of range"),
+        ((2, 8, 8, 3), None, "channel_axis=None reads"),
+        ((4, 4, 3), "auto", "ambiguous"),
+        ((8, 8, 8, 8, 1), "auto", "dimension"),
+    ],
+)
+def test_bad_layouts_raise_clear_errors(shape, channel_axis, match):
+    with pytest.raises(ValueError, match=match):
+        DTCNNHalftoner(device="cpu", channel_axis=channel_axis).fit(np.full(shape, 0.5))
+
+
+def test_huge_float_image_is_refused_before_the_value_scan():
+    """A float 200,000^2 image: refused by the size estimate at once (it used to scan for 52 s)."""
+    import time
+
+    from sknn_gpu._backend import InsufficientMemoryError
+
+    huge = np.broadcast_to(np.float32(0.5), (200_000, 200_000))  # no memory behind it
+    t0 = time.perf_counter()
+    with pytest.raises(InsufficientMemoryError, match=r"needs \d+ bytes .* on cpu, but only \d+ bytes"):
+        DTCNNHalftoner(device="cpu").fit(huge)
+    with pytest.raises(InsufficientMemoryError, match=r"halftoning images of shape \(200000, 200000\)"):
+        DTCNNHalftoner(device="cpu").fit(np.full((8, 8), 0.5)).transform(huge)
+    assert time.perf_counter() - t0 < 5.0
+
+
+def test_size_estimate_scales_with_pixels_and_channels():
+    from sknn_gpu.halftone._images import CPU_BYTES_PER_PIXEL, halftone_bytes, image_layout
+
+    grey = halftone_bytes(image_layout((100, 200)), np.float64, "cpu")
+    assert grey == (CPU_BYTES_PER_PIXEL * 100 * 200, 0)
+    rgba = halftone_bytes(image_layout((100, 200, 4)), np.uint8, "cpu")[0]
+    assert rgba == CPU_BYTES_PER_PIXEL * 3 * 100 * 200 + 2 * 4 * 100 * 200
+    host, dev = halftone_bytes(image_layout((100, 200)), np.float32, "cuda")
+    assert dev > 90 * 100 * 200 and 0 < host < dev
+
+
 # ------------------------------------------------------------------------ errors
 @pytest.mark.parametrize(
     "bad, match",

@@ -22,22 +22,26 @@ from __future__ import annotations
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import array_module, check_memory, is_device_array, same_type_as_input
+from .._backend import check_memory, is_device_array, same_type_as_input
 from ..base import DeviceMixin
 from . import _dtcnn_cpu
+from ._images import (
+    check_image_array,
+    check_image_values,
+    from_stack,
+    halftone_bytes,
+    image_layout,
+    to_stack,
+)
 from ._templates import MAX_LEVELS, MAX_RADIUS, build_templates
 
 __all__ = ["DTCNNHalftoner", "bayer_matrix"]
 
-#: Bytes per pixel checked before allocating: U, Zu, b, Z, the output and the int64
-#: energy temporaries of fit (the NumPy path holds the most).
-_BYTES_PER_PIXEL = 96
 #: Default colour-class spacing of the first sweep (see ``first_sweep_spacing``).
 FIRST_SWEEP_SPACING = 30
 
@@ -67,99 +71,6 @@ def bayer_matrix(n=8):
     while m.shape[0] < n:
         m = np.block([[4 * m, 4 * m + 2], [4 * m + 3, 4 * m + 1]])
     return m
-
-
-# --------------------------------------------------------------------------------------
-# input handling
-# --------------------------------------------------------------------------------------
-def _to_stack(shape):
-    """Describe how an image array maps to a stack (n, H, W) of single-channel images."""
-    if len(shape) == 2:
-        return "gray", (1,) + tuple(shape)
-    if len(shape) == 3:
-        if shape[-1] == 3:
-            return "rgb", (3, shape[0], shape[1])
-        return "batch", tuple(shape)
-    n, h, w, c = shape
-    return "batch_rgb", (n * c, h, w)
-
-
-def _stack(arr, kind):
-    xp = array_module(arr)
-    if kind == "gray":
-        return arr[None]
-    if kind == "rgb":
-        return xp.moveaxis(arr, -1, 0)
-    if kind == "batch":
-        return arr
-    n, h, w, c = arr.shape
-    return xp.moveaxis(arr, -1, 1).reshape(n * c, h, w)
-
-
-def _unstack(stk, kind, shape):
-    xp = array_module(stk)
-    if kind == "gray":
-        return stk[0]
-    if kind == "rgb":
-        return xp.ascontiguousarray(xp.moveaxis(stk, 0, -1))
-    if kind == "batch":
-        return stk
-    n, h, w, c = shape
-    return xp.ascontiguousarray(xp.moveaxis(stk.reshape(n, c, h, w), 1, -1))
-
-
-def _validate_images(X, min_side):
-    """Check an image array and return it (NumPy or CuPy, unchanged type) with a kind tag."""
-    if sp.issparse(X) or type(X).__module__.startswith("cupyx.scipy.sparse"):
-        raise TypeError("DTCNNHalftoner takes dense images, got a sparse matrix.")
-    if not is_device_array(X):
-        X = np.asarray(X)
-        if X.dtype == object:
-            X = np.asarray(X, dtype=np.float64)  # a TypeError names the offending element
-    xp = array_module(X)
-    if X.dtype.kind == "c":
-        raise ValueError("Complex data not supported: images must hold real intensities in [0, 1].")
-    if not (X.dtype == np.bool_ or X.dtype.kind in "uif"):
-        raise TypeError(f"images must be a numeric array (uint8 or float in [0, 1]); got dtype {X.dtype}.")
-    if X.ndim not in (2, 3, 4):
-        raise ValueError(
-            "images must be (H, W), (N, H, W), (H, W, 3) or (N, H, W, C); "
-            f"got an array with {X.ndim} dimension(s) of shape {X.shape}."
-        )
-    if X.size == 0:
-        what = "0 sample(s)" if X.shape[0] == 0 else "0 feature(s)"
-        raise ValueError(
-            f"images must not be empty: found array with {what} (shape={X.shape}) while a "
-            "minimum of 1 is required."
-        )
-    kind, stack_shape = _to_stack(X.shape)
-    if min(stack_shape[1:]) < min_side:
-        raise ValueError(
-            f"images must be at least {min_side} x {min_side} pixels; got shape {X.shape} "
-            f"(interpreted as {kind})."
-        )
-    if X.dtype.kind == "f":
-        lo, hi, finite = (
-            float(xp.min(X)),
-            float(xp.max(X)),
-            bool(xp.all(xp.isfinite(X))),
-        )
-        if not finite:
-            raise ValueError("images contain NaN or infinite values.")
-        if lo < 0.0 or hi > 1.0:
-            neg = "Negative values in data: " if lo < 0.0 else ""
-            raise ValueError(
-                f"{neg}float images must hold intensities in [0, 1]; got values in [{lo:g}, {hi:g}]. "
-                "Divide by 255 (or pass uint8) first."
-            )
-    elif X.dtype.kind in "iu" and X.dtype != np.uint8:
-        lo, hi = int(xp.min(X)), int(xp.max(X))
-        if lo < 0 or hi > 1:
-            raise ValueError(
-                f"integer images must be uint8 (0..255) or hold only 0 and 1; got dtype {X.dtype} "
-                f"with values in [{lo}, {hi}]."
-            )
-    return X, kind, stack_shape
 
 
 def _init_thresholds(init, shape, rng):
@@ -298,6 +209,18 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         symmetric about its centre. Ignored for 'gaussian'.
     T : float, default=0.0
         Bias for ``template='custom'``.
+    channel_axis : 'auto', None or int, default='auto'
+        Which axis of the images holds channels. None: none, ``(H, W)`` is one grey
+        image and ``(N, H, W)`` a stack of grey images (as in scikit-image). An int
+        (e.g. -1): that axis, of a 3-D ``(H, W, C)`` or 4-D ``(N, H, W, C)`` array.
+        'auto': ``(H, W)`` and ``(N, H, W)`` are grey; a 3-D array whose last axis
+        has length 1, 3 or 4 is one image with channels when both other sides have
+        at least 8 pixels, and is refused as ambiguous otherwise (``(5, 64, 3)``: a
+        5 x 64 RGB image or five 64 x 3 grey images?); a 4-D array is
+        ``(N, H, W, C)`` (refused as ambiguous when ``C > 4`` while axis 1 has at
+        most 4 entries, as in channels-first ``(N, 3, H, W)``). Channels are
+        halftoned one by one; with 2 or 4 channels (grey + alpha, RGBA) the last
+        one is alpha and is copied to the output unchanged.
     random_state : int, RandomState instance or None, default=None
         Seeds ``init='random'`` (drawn on the host, so both devices agree).
     device : {'auto', 'cpu', 'cuda'}, default='auto'
@@ -336,12 +259,17 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
 
     Notes
     -----
-    Accepted images: ``(H, W)``; ``(N, H, W)`` a batch; ``(H, W, 3)`` one RGB image
-    (a 3-D array whose last axis has length 3); ``(N, H, W, C)`` a batch of
-    C-channel images. Colour images are halftoned channel by channel. Floats must lie
-    in [0, 1]; uint8 is read as ``p / 255``. Output has the input's shape and type
-    (uint8 in gives uint8 in {0, 255} out for ``levels=2``; NumPy in gives NumPy out,
-    CuPy in gives CuPy out).
+    Accepted images: ``(H, W)``; ``(N, H, W)`` a batch; ``(H, W, C)`` one image with
+    channels; ``(N, H, W, C)`` a batch of those (see ``channel_axis``). Colour images
+    are halftoned channel by channel; an alpha channel is kept. Floats must lie in
+    [0, 1]; uint8 is read as ``p / 255``; other integers and booleans must hold 0
+    and 1. Output has the input's shape and type (uint8 in gives uint8 in {0, 255}
+    out for ``levels=2``; NumPy in gives NumPy out, CuPy in gives CuPy out).
+
+    Images that would not fit in host (or GPU) memory are refused with an
+    ``InsufficientMemoryError`` naming the bytes needed and free, before they are
+    scanned or copied; the estimate is about 104 bytes per pixel and channel on the
+    CPU and 96 on the GPU (see the user guide, "Errors and limits").
 
     ``fit`` builds the templates and halftones ``X`` to record the diagnostics;
     ``transform`` halftones any images with the fitted templates and changes no
@@ -373,6 +301,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         "A": ["array-like", None],
         "B": ["array-like", None],
         "T": [Real],
+        "channel_axis": [StrOptions({"auto"}), Integral, None],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
     }
@@ -392,6 +321,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         A=None,
         B=None,
         T=0.0,
+        channel_axis="auto",
         random_state=None,
         device="auto",
     ):
@@ -407,6 +337,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         self.A = A
         self.B = B
         self.T = T
+        self.channel_axis = channel_axis
         self.random_state = random_state
         self.device = device
 
@@ -429,14 +360,57 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             )
         return int(sp)
 
+    def _check_size(self, shape, dtype=np.float64, device=None, *, input_on_device=False, extra_host_bytes=0):
+        """Refuse images that would not fit in memory, before anything large is allocated.
+
+        ``fit`` and ``transform`` call it after the cheap shape checks and before the
+        value scan; the ``sknn-gpu`` command line calls it from an image file's header,
+        before decoding the pixels.
+
+        Parameters
+        ----------
+        shape : tuple of int
+            Shape of the images, read with ``channel_axis``.
+        dtype : dtype, default=float64
+            Their dtype.
+        device : {'cpu', 'cuda'} or None, default=None
+            A resolved device; None uses ``device_``.
+        input_on_device : bool, default=False
+            Whether the images already are CuPy arrays.
+        extra_host_bytes : int, default=0
+            Host bytes the caller holds on top (e.g. a decoded image file).
+
+        Returns
+        -------
+        host_bytes, device_bytes : int
+            The estimate (``device_bytes`` is 0 on the CPU).
+
+        Raises
+        ------
+        InsufficientMemoryError
+            Naming the bytes needed and the bytes free on the host or the GPU.
+        ValueError
+            When ``shape`` is not a valid image layout (see ``channel_axis``).
+        """
+        device = device or self.device_
+        lay = image_layout(shape, self.channel_axis)
+        host, dev = halftone_bytes(lay, dtype, device, input_on_device=input_on_device)
+        host += int(extra_host_bytes)
+        what = f"halftoning images of shape {tuple(shape)} ({lay.describe()})"
+        check_memory(host, "cpu", what=what)
+        if device == "cuda":
+            check_memory(dev, "cuda", what=what)
+        return host, dev
+
     def _halftone(self, X, want_energy, random_state):
-        X, kind, stack_shape = _validate_images(X, min_side=1)
-        stk = _stack(X, kind)
-        n_bytes = int(np.prod(stack_shape)) * _BYTES_PER_PIXEL
-        check_memory(n_bytes, self.device_, what=f"halftoning images of shape {X.shape}")
+        first_spacing = self._first_spacing()
+        X = check_image_array(X)
+        lay = image_layout(X.shape, self.channel_axis)
+        self._check_size(X.shape, X.dtype, self.device_, input_on_device=is_device_array(X))
+        check_image_values(X)
         rng = check_random_state(random_state)
         out, info = _run(
-            stk,
+            to_stack(X, lay),
             _engine(self.device_),
             self.templates_,
             int(self.levels),
@@ -446,11 +420,10 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             self.boundary,
             rng,
             want_energy,
-            self._first_spacing(),
+            first_spacing,
             X.dtype,
         )
-        out = _unstack(out, kind, X.shape)
-        return same_type_as_input(out, X), info
+        return same_type_as_input(from_stack(out, X, lay), X), info
 
     def _fit(self, X):
         self.templates_ = build_templates(
@@ -477,14 +450,23 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (H, W), (N, H, W), (H, W, 3) or (N, H, W, C)
-            Images: floats in [0, 1] or uint8. NumPy or CuPy.
+        X : array-like of shape (H, W), (N, H, W), (H, W, C) or (N, H, W, C)
+            Images: floats in [0, 1] or uint8 (read with ``channel_axis``). NumPy or
+            CuPy.
         y : None
             Ignored.
 
         Returns
         -------
         self : DTCNNHalftoner
+
+        Raises
+        ------
+        ValueError
+            Invalid or ambiguous shapes, empty images, NaN/inf, values outside
+            [0, 1]. TypeError for sparse or non-numeric input.
+        InsufficientMemoryError
+            When the images would not fit in memory (checked before any scan).
         """
         self._fit(X)
         return self
@@ -511,8 +493,8 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (H, W), (N, H, W), (H, W, 3) or (N, H, W, C)
-            Images: floats in [0, 1] or uint8. NumPy or CuPy.
+        X : array-like of shape (H, W), (N, H, W), (H, W, C) or (N, H, W, C)
+            As for :meth:`fit` (any size).
 
         Returns
         -------
