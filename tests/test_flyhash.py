@@ -410,3 +410,22 @@ def test_input_below_float32_normals_is_refused(rng, device):
     # a row of zeros among normal rows is fine: the check is about the whole input's scale
     X[0] = 0.0
     assert np.all(np.diff(to_host(fh.transform(X)).indptr) == 4)
+
+
+def test_connections_are_uniform_distinct_sorted_subsets():
+    """Floyd's sampling per unit: every s-subset of d features equally likely."""
+    from itertools import combinations
+
+    from sknn_gpu.fly._flyhash import _draw_connections
+
+    n = 40_000
+    conn = _draw_connections(np.random.RandomState(3), n, 6, 3)
+    assert conn.shape == (n, 3) and conn.dtype == np.int32
+    assert (np.diff(conn, axis=1) > 0).all() and conn.min() >= 0 and conn.max() < 6
+    subsets = {c: i for i, c in enumerate(combinations(range(6), 3))}
+    counts = np.bincount([subsets[tuple(r)] for r in conn.tolist()], minlength=len(subsets))
+    expected = n / len(subsets)
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 45.3, chi2  # 19 degrees of freedom, p ~ 0.0007: a biased sampler fails this
+    full = _draw_connections(np.random.RandomState(0), 5, 4, 4)
+    np.testing.assert_array_equal(full, np.tile(np.arange(4), (5, 1)))

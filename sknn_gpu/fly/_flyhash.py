@@ -70,20 +70,30 @@ def _draw_connections(rng, n_units, n_features, n_connections):
     """(n_units, s) int32: each row ``s`` distinct features, sorted ascending.
 
     ``rng`` is a ``numpy.random.RandomState`` (the caller resolved
-    ``random_state`` once). Uniform sampling without replacement per unit: the
-    ``s`` smallest of ``d`` uniform keys. Drawn in blocks of rows so memory stays
-    bounded.
+    ``random_state`` once). Uniform sampling without replacement per unit with
+    Floyd's algorithm, vectorised over units: for ``j`` from ``d - s`` to ``d - 1``
+    draw ``t`` uniform in ``[0, j]`` and take ``t``, or ``j`` when ``t`` was taken
+    already. ``s`` draws per unit instead of ``d`` keys and a partition (FlyNN's fit
+    on a FashionMNIST-sized hash spent ~220 ms drawing its projection that way).
+    Drawn in blocks of rows so the ``(rows, d)`` membership mask stays bounded.
     """
     out = np.empty((n_units, n_connections), dtype=np.int32)
-    block = max(1, _DRAW_BLOCK_BYTES // max(1, n_features))
+    if n_connections >= n_features:
+        out[:] = np.arange(n_features, dtype=np.int32)
+        return out
+    block = max(1, 8 * _DRAW_BLOCK_BYTES // max(1, n_features))
     for start in range(0, n_units, block):
         stop = min(n_units, start + block)
-        keys = rng.random_sample((stop - start, n_features))
-        if n_connections < n_features:
-            pick = np.argpartition(keys, n_connections - 1, axis=1)[:, :n_connections]
-        else:
-            pick = np.broadcast_to(np.arange(n_features), keys.shape)
-        out[start:stop] = np.sort(pick, axis=1)
+        n = stop - start
+        taken = np.zeros(n * n_features, dtype=bool)  # flat (rows, d) membership mask
+        base = np.arange(n, dtype=np.int64) * n_features
+        pick = out[start:stop]
+        for i, j in enumerate(range(n_features - n_connections, n_features)):
+            t = rng.randint(0, j + 1, size=n)
+            t[taken[base + t]] = j
+            taken[base + t] = True
+            pick[:, i] = t
+        pick.sort(axis=1)
     return out
 
 
