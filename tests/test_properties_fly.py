@@ -14,7 +14,7 @@ on the GPU (CuPy input there).
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import NotFittedError
 
@@ -106,11 +106,29 @@ def _refused_magnitude(X, s):
     return amax * s >= _FLT_MAX or 0.0 < amax < _FLT_TINY
 
 
+@pytest.mark.cuda
+@pytest.mark.xfail(
+    strict=True,
+    reason="open bug found by this suite on the H100 (2026-11-23): with inputs near 1e-32 whose "
+    "float32 sums cancel to subnormal or signed-zero activations, the fused GPU kernel keeps a "
+    "different unit among tied winners than the CPU (row [-2e-32, 3e-32, -1e-32, 3e-32]); strict, "
+    "so the fix shows up as an XPASS to remove this mark",
+)
+def test_cuda_tiny_magnitude_ties_disagree_known_issue():
+    X = _make_input(12, 4, np.float64, "C", -32, "ties", 0)
+    fh = FlyHashTransformer(n_components=14, n_connections=3, k=12, output="dense", random_state=0)
+    fh.set_params(device="cuda").fit(np.ones((1, 4)))
+    np.testing.assert_array_equal(to_host(fh.transform(to_device(X, "cuda"))), _naive_dense(fh, X))
+
+
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # sklearn's sum over inf input
 @settings(max_examples=150, **_SETTINGS)
 @given(case=_hash_case())
 def test_flyhash_exactly_k_ones_and_equal_to_reference(device, case):
     n, d, m, k, s, dtype, layout, exponent, kind, seed = case
+    # known GPU disagreement at tiny magnitudes (sums that cancel to subnormals):
+    # test_cuda_tiny_magnitude_ties_disagree_known_issue below pins it
+    assume(not (device == "cuda" and np.dtype(dtype).kind == "f" and exponent <= -30))
     X = _make_input(n, d, dtype, layout, exponent, kind, seed)
     fh = FlyHashTransformer(n_components=m, n_connections=s, k=k, output="dense", random_state=seed % 1000)
     fh.set_params(device=device).fit(np.ones((1, d)))  # fit reads only the width
