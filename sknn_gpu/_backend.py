@@ -357,14 +357,20 @@ def free_memory(device) -> int:
     """Bytes that can be allocated now on ``device``.
 
     On CUDA this is the driver's free memory plus what CuPy's memory pool holds
-    but does not use; on the CPU it is the kernel's MemAvailable.
+    but does not use, capped by the pool's limit when one is set
+    (``cupy.get_default_memory_pool().set_limit``); on the CPU it is the kernel's
+    MemAvailable.
     """
     if _resolved(device) == "cpu":
         return _host_available_bytes()
     cupy = get_cupy()
     free, _total = cupy.cuda.runtime.memGetInfo()
     pool = cupy.get_default_memory_pool()
-    return int(free + pool.free_bytes())
+    avail = int(free + pool.free_bytes())
+    limit = int(pool.get_limit())
+    if limit:  # a user-set cap on CuPy's pool (set_limit) is as binding as the device
+        avail = min(avail, max(0, limit - int(pool.used_bytes())))
+    return avail
 
 
 def _fmt_bytes(n) -> str:
@@ -406,4 +412,3 @@ def check_memory(n_bytes, device, what="this operation", headroom=0.9):
             f"configuration."
         )
     return n_bytes
-

@@ -387,3 +387,27 @@ def test_integer_sparse_input_moves_to_the_gpu_as_float64():
     ds = to_device(s.astype(np.int64), "cuda")
     assert ds.dtype == np.float64
     np.testing.assert_array_equal(to_host(ds).toarray(), s.toarray())
+
+
+@pytest.mark.cuda
+def test_free_memory_honours_a_memory_pool_limit_and_work_is_refused_before_allocating(rng):
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    keep = cupy.ones(1 << 20, dtype=np.uint8)  # something in use
+    try:
+        pool.set_limit(size=pool.used_bytes() + (8 << 20))
+        assert free_memory("cuda") <= 8 << 20
+        with pytest.raises(InsufficientMemoryError, match="on cuda"):
+            check_memory(64 << 20, "cuda", what="test work")
+        # an estimator whose estimate exceeds the cap refuses before allocating and stays unfitted
+        from sknn_gpu import GPUMLPClassifier
+
+        X = rng.random((64, 2000), dtype=np.float32)
+        clf = GPUMLPClassifier(hidden_layer_sizes=(20000,), max_iter=1, device="cuda")
+        with pytest.raises(InsufficientMemoryError, match="needs"):
+            clf.fit(X, np.arange(64) % 2)
+        assert not hasattr(clf, "coefs_")
+    finally:
+        pool.set_limit(size=0)
+        del keep
