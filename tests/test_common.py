@@ -32,6 +32,9 @@ def test_every_estimator_has_the_device_parameter():
         assert issubclass(cls, DeviceMixin), cls
         params = cls().get_params()
         assert params.get("device") == "auto", f"{cls.__name__}: device must default to 'auto'"
+        assert "output_type" in params and params["output_type"] is None, (
+            f"{cls.__name__}: output_type must exist and default to None (follow the input)"
+        )
 
 
 @parametrize_with_checks(
@@ -94,3 +97,42 @@ def test_device_and_random_state_resolved_once_per_fit(cls, monkeypatch):
     assert calls["random_state"] <= 1, (
         f"{cls.__name__}.fit resolved random_state {calls['random_state']} times"
     )
+
+
+def _outputs(est, args):
+    """Every array-returning call of a fitted estimator on its fit data."""
+    X = args[0]
+    out = []
+    for name in ("predict", "transform", "predict_proba"):
+        if hasattr(est, name):
+            out.append(getattr(est, name)(X))
+    return out
+
+
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_output_type_parameter_is_validated_and_honoured(cls):
+    import scipy.sparse as sp
+
+    args, kwargs = _fit_data(cls)
+    est = make_instance(cls).set_params(device="cpu", output_type="numpy").fit(*args, **kwargs)
+    for out in _outputs(est, args):
+        assert isinstance(out, np.ndarray) or sp.issparse(out), type(out)
+    with pytest.raises(ValueError, match="output_type"):
+        make_instance(cls).set_params(device="cpu", output_type="torch").fit(*args, **kwargs)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_output_type_numpy_and_cupy_on_the_gpu(cls):
+    import cupy
+    import scipy.sparse as sp
+
+    args, kwargs = _fit_data(cls)
+    est = make_instance(cls).set_params(device="cuda").fit(*args, **kwargs)
+    dX = cupy.asarray(args[0])
+    est.set_params(output_type="numpy")
+    for out in _outputs(est, (dX,)):
+        assert isinstance(out, np.ndarray) or sp.issparse(out), type(out)
+    est.set_params(output_type="cupy")
+    for out in _outputs(est, args):
+        assert type(out).__module__.split(".")[0] in ("cupy", "cupyx"), type(out)

@@ -185,4 +185,3 @@ def check_barrier_error(err_buf, what):
             f"{what}: grid barrier timed out: the persistent kernel's blocks were not all "
             "resident; is another workload using the GPU?"
         )
-

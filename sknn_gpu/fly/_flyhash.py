@@ -42,7 +42,6 @@ from .._backend import (
     check_memory,
     is_cupy_sparse,
     is_device_array,
-    same_type_as_input,
 )
 from ..base import DeviceMixin
 from . import _flyhash_cpu, _flyhash_cuda
@@ -251,6 +250,11 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         (n_features, the size parameters, random_state): the same on every device.
     device : {'auto', 'cpu', 'cuda'}, default='auto'
         Where ``transform`` runs; ``'auto'`` picks a usable GPU.
+    output_type : {'input', 'numpy', 'cupy'} or None, default=None
+        Array type of what this estimator returns: None follows
+        ``sknn_gpu.config_context(output_type=...)`` (by default the input's type: NumPy
+        in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host arrays;
+        ``'cupy'`` always device arrays.
 
     Attributes
     ----------
@@ -312,6 +316,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         "algorithm": [StrOptions({"exact", "bisect"})],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
+        **DeviceMixin._output_constraints,
     }
 
     def __init__(
@@ -326,6 +331,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         algorithm="exact",
         random_state=None,
         device="auto",
+        output_type=None,
     ):
         self.n_components = n_components
         self.expansion_factor = expansion_factor
@@ -336,6 +342,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         self.algorithm = algorithm
         self.random_state = random_state
         self.device = device
+        self.output_type = output_type
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
@@ -493,7 +500,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         self._check_float32_range(Xv)
         n = Xv.shape[0]
         self._check_work(n, self.output, "transform")
-        out = same_type_as_input(engine(self.device_).transform(self, Xv, self.output, self.algorithm), X)
+        out = self._output(engine(self.device_).transform(self, Xv, self.output, self.algorithm), X)
         if self.output == "sparse":
             return _csr_hash(*out, shape=(n, self.n_components_))
         return out

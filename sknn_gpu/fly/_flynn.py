@@ -20,14 +20,14 @@ import functools
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .._backend import array_module, is_device_array, same_type_as_input, to_device, to_host
-from ..base import DeviceMixin
+from .._backend import array_module, is_device_array, to_device, to_host
+from ..base import DeviceClassifierMixin, DeviceMixin
 from . import _flynn_cpu, _flynn_cuda
 from ._flyhash import FlyHashTransformer, check_footprint, flyhash_bytes
 
@@ -155,7 +155,7 @@ def _dp_release(counts, epsilon, n_released, rng):
     return released.astype(np.int64), noisy
 
 
-class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
+class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     """Fly Bloom filter classifier (FlyNN) on FlyHash codes, on the CPU or a GPU.
 
     Each class keeps integer counts of how often every Kenyon cell wins in the
@@ -202,6 +202,11 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         must use the same integer seed.
     device : {'auto', 'cpu', 'cuda'}, default='auto'
         Where to compute; resolved once in fit into ``device_``.
+    output_type : {'input', 'numpy', 'cupy'} or None, default=None
+        Array type of what this estimator returns: None follows
+        ``sknn_gpu.config_context(output_type=...)`` (by default the input's type: NumPy
+        in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host arrays;
+        ``'cupy'`` always device arrays.
 
     Attributes
     ----------
@@ -264,6 +269,7 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
+        **DeviceMixin._output_constraints,
     }
 
     def __init__(
@@ -279,6 +285,7 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         batch_size=8192,
         random_state=None,
         device="auto",
+        output_type=None,
     ):
         self.n_components = n_components
         self.expansion_factor = expansion_factor
@@ -290,6 +297,7 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         self.batch_size = batch_size
         self.random_state = random_state
         self.device = device
+        self.output_type = output_type
 
     # ------------------------------------------------------------------ #
     # validation helpers                                                   #
@@ -598,7 +606,7 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         eng = engine(self.device_)
         filters_t = self._device_copy("_filters_t")
         outs = [eng.novelty(w, filters_t) for _, w in self._batch_winners(Xv)]
-        return same_type_as_input(outs[0] if len(outs) == 1 else self._xp.concatenate(outs), X)
+        return self._output(outs[0] if len(outs) == 1 else self._xp.concatenate(outs), X)
 
     @_dask_blockwise(_decision_columns)
     def decision_function(self, X):
@@ -674,7 +682,7 @@ class FlyNNClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         idx = self._predict_indices(Xv)
         if self.classes_.dtype.kind in "biuf":
             # numeric labels are looked up where the indices are, then follow the input
-            return same_type_as_input(self._device_copy("classes_")[idx], X)
+            return self._output(self._device_copy("classes_")[idx], X)
         return self.classes_[to_host(idx)]  # string labels stay on the host (CuPy cannot hold them)
 
     # ------------------------------------------------------------------ #

@@ -27,7 +27,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import check_memory, is_device_array, same_type_as_input
+from .._backend import check_memory, is_device_array
 from ..base import DeviceMixin
 from . import _dtcnn_cpu
 from ._images import (
@@ -225,6 +225,11 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         Seeds ``init='random'`` (drawn on the host, so both devices agree).
     device : {'auto', 'cpu', 'cuda'}, default='auto'
         Where to compute. 'auto' uses the GPU when CuPy and a GPU are usable.
+    output_type : {'input', 'numpy', 'cupy'} or None, default=None
+        Array type of what this estimator returns: None follows
+        ``sknn_gpu.config_context(output_type=...)`` (by default the input's type: NumPy
+        in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host arrays;
+        ``'cupy'`` always device arrays.
 
     Attributes
     ----------
@@ -304,6 +309,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         "channel_axis": [StrOptions({"auto"}), Integral, None],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
+        **DeviceMixin._output_constraints,
     }
 
     def __init__(
@@ -324,6 +330,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         channel_axis="auto",
         random_state=None,
         device="auto",
+        output_type=None,
     ):
         self.levels = levels
         self.template = template
@@ -340,6 +347,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         self.channel_axis = channel_axis
         self.random_state = random_state
         self.device = device
+        self.output_type = output_type
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -423,7 +431,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             first_spacing,
             X.dtype,
         )
-        return same_type_as_input(from_stack(out, X, lay), X), info
+        return self._output(from_stack(out, X, lay), X), info
 
     def _fit(self, X):
         self.templates_ = build_templates(

@@ -25,7 +25,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from .._backend import array_module, check_memory, is_device_array, same_type_as_input, to_device, to_host
+from .._backend import array_module, check_memory, is_device_array, to_device, to_host
 from ..base import DeviceMixin
 from . import _gbnn_cpu, _gbnn_cuda
 from ._gbnn_cpu import _n_words
@@ -246,6 +246,11 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         Where ``W`` lives and retrieval runs. ``'auto'`` picks CUDA when usable and a
         probe's state fits one block's shared memory (``C·ceil(L/32)`` up to about
         11,600 words on an H100), else the CPU.
+    output_type : {'input', 'numpy', 'cupy'} or None, default=None
+        Array type of what this estimator returns: None follows
+        ``sknn_gpu.config_context(output_type=...)`` (by default the input's type: NumPy
+        in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host arrays;
+        ``'cupy'`` always device arrays.
 
     Attributes
     ----------
@@ -307,6 +312,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
+        **DeviceMixin._output_constraints,
     }
 
     def __init__(
@@ -319,6 +325,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         max_iter=20,
         random_state=None,
         device="auto",
+        output_type=None,
     ):
         self.n_clusters = n_clusters
         self.cluster_size = cluster_size
@@ -327,6 +334,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         self.max_iter = max_iter
         self.random_state = random_state
         self.device = device
+        self.output_type = output_type
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -523,7 +531,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             self.cluster_size_,
             serial=decoding == "serial",
         )
-        msgs, cnts, iters, convs = same_type_as_input(list(out), X)
+        msgs, cnts, iters, convs = self._output(list(out), X)
         return RetrievalResult(messages=msgs, n_candidates=cnts, converged=convs, n_iter=iters)
 
     def predict(self, X):

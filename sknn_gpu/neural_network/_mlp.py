@@ -31,7 +31,7 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, ClassifierMixin, _fit_context
+from sklearn.base import BaseEstimator, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import accuracy_score
 from sklearn.model_selection import train_test_split
@@ -46,11 +46,10 @@ from .._backend import (
     array_module,
     check_memory,
     is_device_array,
-    same_type_as_input,
     to_device,
     to_host,
 )
-from ..base import DeviceMixin
+from ..base import DeviceClassifierMixin, DeviceMixin
 from ._base import Layout, OptimizerState, Solver, TrainConfig, forward
 from ._mlp_cpu import CPUTrainer
 from ._mlp_cuda import CUDATrainer
@@ -59,7 +58,7 @@ __all__ = ["GPUMLPClassifier"]
 
 
 # ---------------------------------------------------------------------------- estimator
-class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
+class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     """Multi-layer perceptron classifier trained with SGD or Adam, on the CPU or a GPU.
 
     The parameters, defaults, fitted attributes and behaviour follow scikit-learn's
@@ -118,6 +117,11 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         Epochs without improvement of more than ``tol`` before stopping.
     device : {'auto', 'cpu', 'cuda'}, default='auto'
         Where to train and predict; resolved once in ``fit`` into ``device_``.
+    output_type : {'input', 'numpy', 'cupy'} or None, default=None
+        Array type of what this estimator returns: None follows
+        ``sknn_gpu.config_context(output_type=...)`` (by default the input's type: NumPy
+        in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host arrays;
+        ``'cupy'`` always device arrays.
     kernels : {'custom', 'cublas'}, default='custom'
         GPU only. ``'custom'`` uses the fused per-sample kernel and our GEMV/GER for
         ``batch_size=1``; ``'cublas'`` runs every product through cuBLAS (a baseline).
@@ -202,6 +206,7 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         "n_iter_no_change": [Interval(Integral, 1, None, closed="left"), Options(Real, {np.inf})],
         "kernels": [StrOptions({"custom", "cublas"})],
         **DeviceMixin._device_constraints,
+        **DeviceMixin._output_constraints,
     }
 
     def __init__(
@@ -230,6 +235,7 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         epsilon=1e-8,
         n_iter_no_change=10,
         device="auto",
+        output_type=None,
         kernels="custom",
     ):
         self.hidden_layer_sizes = hidden_layer_sizes
@@ -255,6 +261,7 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         self.epsilon = epsilon
         self.n_iter_no_change = n_iter_no_change
         self.device = device
+        self.output_type = output_type
         self.kernels = kernels
 
     # ------------------------------------------------------------------ public API
@@ -330,7 +337,7 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
             Predicted labels, the same array type as ``X``.
         """
         labels = self._labels_from_output(to_host(self._forward(X)))
-        return same_type_as_input(labels, X)
+        return self._output(labels, X)
 
     def predict_proba(self, X):
         """Class probabilities.
@@ -348,7 +355,7 @@ class GPUMLPClassifier(DeviceMixin, ClassifierMixin, BaseEstimator):
         P = self._forward(X)
         if self.n_outputs_ == 1:
             P = array_module(P).concatenate([1 - P, P], axis=1)
-        return same_type_as_input(P, X)
+        return self._output(P, X)
 
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`.

@@ -115,6 +115,11 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         (all drawn on the host, so CPU and GPU fits start alike).
     device : {'auto', 'cpu', 'cuda'}, default='auto'
         Where to train and predict.
+    output_type : {'input', 'numpy', 'cupy'} or None, default=None
+        Array type of what this estimator returns: None follows
+        ``sknn_gpu.config_context(output_type=...)`` (by default the input's type: NumPy
+        in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host arrays;
+        ``'cupy'`` always device arrays.
 
     Attributes
     ----------
@@ -189,6 +194,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         "verbose": ["verbose"],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
+        **DeviceMixin._output_constraints,
     }
 
     def __init__(
@@ -215,6 +221,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         verbose=False,
         random_state=None,
         device="auto",
+        output_type=None,
     ):
         self.topology = topology
         self.hidden_layer_sizes = hidden_layer_sizes
@@ -237,6 +244,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         self.verbose = verbose
         self.random_state = random_state
         self.device = device
+        self.output_type = output_type
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
