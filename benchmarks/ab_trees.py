@@ -17,7 +17,9 @@ rounds are compared side by side::
 * ``linalg.gemv`` 256^2 call, 16384^2 ``Ax`` and ``A.T x`` events; ``ger`` 16384^2 events
 
 Timing: CUDA events (GPU time) or wall time including the final synchronisation (call);
-medians of repeats inside a round, then the median over rounds.
+medians of repeats inside a round, then the median over rounds. The two timers are
+written here rather than imported from ``_harness``: importing the harness puts this
+checkout first on ``sys.path``, which would shadow the tree under test.
 """
 
 from __future__ import annotations
