@@ -402,8 +402,10 @@ def test_fit_federated_on_dask_equals_pooled(digits, dask_client):
         assert np.array_equal(fed.classes_, pooled.classes_)
     with pytest.raises(ValueError, match="integer random_state"):
         fit_federated(dask_client, futs, k=16)
-    # block-wise prediction on a dask array
-    dXt = da.from_array(X_test, chunks=(100, 16))
+    # block-wise prediction on a dask array; chunks along the features are refused with the fix
+    with pytest.raises(ValueError, match=r"chunked along axis 1.*rechunk"):
+        pooled.predict(da.from_array(X_test, chunks=(100, 16)))
+    dXt = da.from_array(X_test, chunks=(100, 16)).rechunk({1: -1})
     assert np.array_equal(pooled.predict(dXt).compute(), pooled.predict(X_test))
     proba = pooled.predict_proba(dXt).compute()
     assert np.allclose(proba, pooled.predict_proba(X_test), rtol=0, atol=0)

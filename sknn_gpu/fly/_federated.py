@@ -13,6 +13,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import to_device, to_host
+from .._dask import is_dask_collection
 from ._flynn import HASH_PARAMS, FlyNNClassifier, _label_kind
 
 __all__ = ["merge_flynn", "fit_federated"]
@@ -228,10 +229,6 @@ def _fit_party_pair(pair, params, index):
     return _fit_party(X, y, params, index)
 
 
-def _is_dask_array(x):
-    return type(x).__module__.startswith("dask.array")
-
-
 def fit_federated(client, shards, **params):
     """Fit one FlyNN party per Dask worker, where its shard lives, and merge the counts.
 
@@ -300,11 +297,11 @@ def fit_federated(client, shards, **params):
 def _submit(client, shards, params):
     from distributed import Future
 
-    if isinstance(shards, tuple) and len(shards) == 2 and _is_dask_array(shards[0]):
+    if isinstance(shards, tuple) and len(shards) == 2 and is_dask_collection(shards[0]):
         import dask
 
         X, y = shards
-        if not _is_dask_array(y):
+        if not is_dask_collection(y):
             import dask.array as da
 
             y = da.from_array(np.asarray(y), chunks=(X.chunks[0],))

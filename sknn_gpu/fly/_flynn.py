@@ -16,7 +16,6 @@ several parties that share the projection add up to the counts of the pooled dat
 from __future__ import annotations
 
 import copy
-import functools
 from numbers import Integral, Real
 
 import numpy as np
@@ -27,6 +26,7 @@ from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classi
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from .._backend import array_module, is_device_array, to_device, to_host
+from .._dask import dask_rows
 from ..base import DeviceClassifierMixin, DeviceMixin
 from . import _flynn_cpu, _flynn_cuda
 from ._flyhash import FlyHashTransformer, check_footprint, flyhash_bytes
@@ -42,45 +42,15 @@ def engine(device):
     return _flynn_cuda if device == "cuda" else _flynn_cpu
 
 
-def _is_dask_collection(x):
-    return type(x).__module__.split(".", 1)[0] == "dask" and hasattr(x, "map_blocks")
-
-
-def _dask_blockwise(columns):
-    """Decorator: a Dask array chunked by rows goes through the method block by block.
-
-    ``columns(estimator)`` gives ``(trailing, dtype)``: the shape of one row of the
-    result (``()`` for one value per row) and its dtype. Any other input goes
-    straight to the method.
-    """
-
-    def decorate(method):
-        @functools.wraps(method)
-        def wrapper(self, X):
-            if _is_dask_collection(X):
-                trailing, dtype = columns(self)
-                X = X.rechunk({1: -1})
-                fn = getattr(self, method.__name__)
-                if trailing:
-                    meta = np.empty((0, 0), dtype=dtype)
-                    return X.map_blocks(fn, dtype=dtype, chunks=(X.chunks[0], trailing), meta=meta)
-                return X.map_blocks(fn, dtype=dtype, drop_axis=1, meta=np.empty((0,), dtype=dtype))
-            return method(self, X)
-
-        return wrapper
-
-    return decorate
-
-
-def _per_class(est):
+def _per_class(est, X=None):
     return (len(est.classes_),), np.float64
 
 
-def _decision_columns(est):
+def _decision_columns(est, X=None):
     return (() if len(est.classes_) == 2 else (len(est.classes_),)), np.float64
 
 
-def _labels(est):
+def _labels(est, X=None):
     return (), est.classes_.dtype
 
 
@@ -586,7 +556,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         check_is_fitted(self)
         return self._validate_X(X, reset=False)
 
-    @_dask_blockwise(_per_class)
+    @dask_rows(_per_class)
     def novelty(self, X):
         """Novelty of every sample with respect to every class filter.
 
@@ -608,7 +578,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         outs = [eng.novelty(w, filters_t) for _, w in self._batch_winners(Xv)]
         return self._output(outs[0] if len(outs) == 1 else self._xp.concatenate(outs), X)
 
-    @_dask_blockwise(_decision_columns)
+    @dask_rows(_decision_columns)
     def decision_function(self, X):
         """Confidence scores: minus the novelty (higher means more likely).
 
@@ -628,7 +598,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             return nov[:, 0] - nov[:, 1]
         return -nov
 
-    @_dask_blockwise(_per_class)
+    @dask_rows(_per_class)
     def predict_proba(self, X):
         """Class probabilities: softmax of ``-novelty / k_``.
 
@@ -664,7 +634,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         proba = self.predict_proba(X)
         return array_module(proba).log(proba)
 
-    @_dask_blockwise(_labels)
+    @dask_rows(_labels)
     def predict(self, X):
         """Least novel class per sample (ties go to the lowest class index).
 
