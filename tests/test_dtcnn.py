@@ -100,6 +100,28 @@ def test_sync_mode_falls_into_a_two_cycle_and_reports_it(device, rng):
     assert async_q > hvs_psnr(img, ht.transform(img)) + 3.0
 
 
+def test_sync_mode_reports_its_transient_then_the_exact_two_cycle(device):
+    """Issue 16: 'sync' flipped ~all cells every sweep with cycle_detected_ False.
+
+    Not a detection bug: nearly every cell flips from the second sweep on, but a few
+    dozen keep moving (the 2-cycle forms region by region) until sweep 131 on this
+    photo; only then is every cell equal to two sweeps back. The run now says so.
+    """
+    from sklearn.exceptions import ConvergenceWarning
+
+    img = photo_gray(128)
+    with pytest.warns(ConvergenceWarning, match=r"max_iter=30 .* cells changed .* differ from two sweeps"):
+        short = DTCNNHalftoner(device=device, mode="sync").fit(img)
+    assert not short.cycle_detected_ and not short.converged_ and short.n_iter_ == 30
+    assert short.flips_[-1] > 0.9 * img.size  # nearly every cell flips every sweep ...
+    assert 0 < short.back_flips_[-1] < 0.01 * img.size  # ... but the 2-cycle is not exact yet
+    long = DTCNNHalftoner(device=device, mode="sync", max_iter=300).fit(img)
+    assert long.cycle_detected_ and long.n_iter_ == 131 and long.back_flips_[-1] == 0
+    assert np.all(long.back_flips_[:-1] > 0) and long.flips_[-1] > 0.9 * img.size
+    np.testing.assert_array_equal(long.back_flips_[:30], short.back_flips_)
+    assert DTCNNHalftoner(device=device).fit(img).back_flips_ is None
+
+
 def test_tone_is_preserved(device, rng):
     for img in (smooth_image(rng, (64, 64)), photo_gray(96) / 255.0):
         out = DTCNNHalftoner(device=device).fit_transform(img)
@@ -427,6 +449,10 @@ def test_cpu_and_gpu_are_bit_identical(params, schedule, rng, monkeypatch):
     np.testing.assert_array_equal(cpu.energy_, gpu.energy_)
     np.testing.assert_array_equal(cpu.n_iter_per_image_, gpu.n_iter_per_image_)
     assert cpu.cycle_detected_ == gpu.cycle_detected_
+    if params.get("mode") == "sync":
+        np.testing.assert_array_equal(cpu.back_flips_, gpu.back_flips_)
+    else:
+        assert cpu.back_flips_ is None and gpu.back_flips_ is None
 
 
 @pytest.mark.cuda

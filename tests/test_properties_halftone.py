@@ -59,6 +59,7 @@ def _allowed_levels(dtype, m):
     return set((k / (m - 1)).astype(dtype).tolist())
 
 
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # short sync runs
 @settings(**SETTINGS)
 @given(
     data=images(),

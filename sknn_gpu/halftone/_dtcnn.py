@@ -19,10 +19,12 @@ NumPy reference and the CUDA kernels (``_kernels/dtcnn.cu``) give identical bits
 
 from __future__ import annotations
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
@@ -103,8 +105,9 @@ def _run(stk, engine, tm, m, mode, max_iter, init, boundary, rng, want_energy, f
     """Halftone a stack (n, H, W) with ``engine``; returns the output levels and diagnostics.
 
     The output (in ``out_dtype``) stays on the engine's device; the diagnostics are
-    host arrays: ``flips``, ``converged``, ``n_iter``, ``cycle`` and, with
-    ``want_energy``, ``energy2`` (exact ``2 E`` per image after each sweep).
+    host arrays: ``flips``, ``converged``, ``n_iter``, ``cycle``, ``back`` ('sync'
+    only: cells that differ from two sweeps back) and, with ``want_energy``,
+    ``energy2`` (exact ``2 E`` per image after each sweep).
     """
     n = stk.shape[0]
     thr = _init_thresholds(init, stk.shape, rng)
@@ -134,6 +137,7 @@ def _run(stk, engine, tm, m, mode, max_iter, init, boundary, rng, want_energy, f
         info["converged"] = conv_any
         info["n_iter"] = n_iter
         info["cycle"] = cyc.any(axis=1)
+        info["back"] = back
         if want_energy:
             info["energy2"] = np.stack(energies, axis=1) if energies else np.zeros((n, 0), np.int64)
     return out, info
@@ -178,8 +182,12 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
     mode : {'async', 'sync'}, default='async'
         'async': colour-class Gauss-Seidel updates (the network converges; the
         energy never increases). 'sync': every cell at once from the previous
-        outputs (Jacobi); it typically ends in a 2-cycle, which is detected, stops
-        the iteration and is reported in ``cycle_detected_``.
+        outputs (Jacobi); it ends in a 2-cycle (symmetric templates allow no longer
+        period), which is detected exactly (every cell equal to two sweeps back),
+        stops the iteration and is reported in ``cycle_detected_``. On photos most
+        cells flip every sweep from the second on, but a few hundred keep moving for
+        100 to 800 sweeps before the cycle is exact; a run that stops at
+        ``max_iter`` first warns and ``back_flips_`` shows how far it got.
     max_iter : int, default=30
         Maximum number of sweeps (one sweep updates every cell once). The run stops
         earlier after a sweep that changes no cell (a fixed point).
@@ -245,7 +253,12 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
     converged_ : bool
         Whether every image reached a fixed point within ``max_iter``.
     cycle_detected_ : bool
-        'sync' mode: whether some image fell into a 2-cycle (always False in 'async').
+        'sync' mode: whether some image fell into an exact 2-cycle (always False in
+        'async').
+    back_flips_ : ndarray of shape (n_sweeps,) or None
+        'sync' mode: cells whose output differs from the one two sweeps earlier, per
+        sweep (summed over images and channels); 0 with ``flips_ > 0`` is a 2-cycle.
+        None in 'async' mode.
     flips_ : ndarray of shape (n_sweeps,)
         Cells changed in each sweep (summed over images and channels).
     energy_ : ndarray of shape (n_sweeps,)
@@ -444,6 +457,17 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         self.converged_ = bool(np.all(info["converged"]))
         self.cycle_detected_ = bool(np.any(info["cycle"]))
         self.flips_ = info["flips"].sum(axis=0)[: self.n_iter_]
+        self.back_flips_ = info["back"].sum(axis=0)[: self.n_iter_] if "back" in info else None
+        if self.mode == "sync" and not (self.converged_ or self.cycle_detected_):
+            warnings.warn(
+                f"mode='sync' stopped at max_iter={self.max_iter} before a fixed point or an exact "
+                f"2-cycle: {int(self.flips_[-1])} cells changed in the last sweep and "
+                f"{int(self.back_flips_[-1])} differ from two sweeps back (0 in a 2-cycle). "
+                "Synchronous updates reach their 2-cycle only after a long transient (100-800 "
+                "sweeps on 128^2-512^2 photos); raise max_iter to see it, or use mode='async'.",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
         scale = 2.0 * self.templates_["scale"] * (512.0 * (int(self.levels) - 1)) ** 2
         e2 = info["energy2"][:, : self.n_iter_]
         # Images that stopped earlier keep their last energy.
