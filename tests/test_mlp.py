@@ -1,5 +1,6 @@
 """GPUMLPClassifier: sklearn parity, training behaviour, errors, CPU/GPU parity."""
 
+import logging
 import pickle
 import warnings
 
@@ -177,11 +178,13 @@ def test_bad_input_errors(device, digits):
         GPUMLPClassifier(hidden_layer_sizes=(4, 0), device=device).fit(Xtr, ytr)
 
 
-def test_verbose_warm_start_and_pickle(device, digits, capsys):
+def test_verbose_warm_start_and_pickle(device, digits, capsys, caplog):
     Xtr, Xte, ytr, _ = digits
-    clf = GPUMLPClassifier((12,), max_iter=3, verbose=True, warm_start=True, random_state=0, device=device)
-    clf.fit(Xtr, ytr)
-    assert "Iteration 3, loss" in capsys.readouterr().out
+    clf = GPUMLPClassifier((12,), max_iter=3, verbose=2, warm_start=True, random_state=0, device=device)
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.neural_network"):
+        clf.fit(Xtr, ytr)
+    assert "GPUMLPClassifier.fit 3/3: loss=" in caplog.text  # iteration and loss, as scikit-learn
+    assert capsys.readouterr().out == ""  # through logging, never print()
     first = clf.loss_curve_[-1]
     clf.fit(Xtr, ytr)  # continues from the previous weights
     assert len(clf.loss_curve_) == 6 and clf.loss_curve_[-1] < first
@@ -344,7 +347,7 @@ def test_issue_case_30000_squared_refused_on_a_small_box(device, digits, monkeyp
 
 
 def test_size_estimate_counts_weights_gradients_state_and_activations():
-    from sknn_gpu.neural_network._mlp import _size_estimate
+    from sknn_gpu.neural_network._size import size_estimate as _size_estimate
 
     units = [64, 30000, 30000, 10]
     P = 64 * 30000 + 30000 + 30000 * 30000 + 30000 + 30000 * 10 + 10
@@ -369,13 +372,13 @@ def test_size_estimate_counts_weights_gradients_state_and_activations():
 @pytest.mark.parametrize("method", ["fit", "partial_fit", "predict"])
 def test_one_estimate_guards_fit_partial_fit_and_predict(device, digits, monkeypatch, method):
     from sknn_gpu import InsufficientMemoryError
-    from sknn_gpu.neural_network import _mlp
+    from sknn_gpu.neural_network import _size
 
     Xtr, Xte, ytr, _ = digits
     clf = GPUMLPClassifier((8,), max_iter=2, random_state=0, device=device)
     clf.partial_fit(Xtr, ytr, classes=np.unique(ytr))
     before = {k: (v.copy() if isinstance(v, list) else v) for k, v in vars(clf).items()}
-    monkeypatch.setattr(_mlp, "_CHECK_FROM", 0)  # check even tiny work
+    monkeypatch.setattr(_size, "_CHECK_FROM", 0)  # check even tiny work
     _small_memory(monkeypatch, 1024)
     call = {
         "fit": lambda: clf.fit(Xtr, ytr),
@@ -468,3 +471,508 @@ def test_trainer_is_chosen_once_from_device(digits, monkeypatch):
     clf = GPUMLPClassifier((6,), max_iter=4, random_state=0, device="cpu").fit(Xtr, ytr)
     assert len(built) == 1 and built[0].device == clf.device_ == "cpu"
     assert set(_mlp._TRAINERS) == {"cpu", "cuda"}
+
+
+# ------------------------------------------------------------------ issue 17: verbose through logging
+def test_verbose_levels_log_through_the_family_logger(digits, caplog, capsys):
+    Xtr, _, ytr, _ = digits
+    params = dict(hidden_layer_sizes=(8,), max_iter=4, random_state=0, device="cpu")
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.neural_network"):
+        GPUMLPClassifier(verbose=0, **params).fit(Xtr, ytr)
+        assert caplog.records == []
+        one = GPUMLPClassifier(verbose=1, **params).fit(Xtr, ytr)
+        lines = [r.getMessage() for r in caplog.records]
+        assert all(r.name == "sknn_gpu.neural_network" for r in caplog.records)
+        assert len(lines) == 1 and lines[0].startswith("GPUMLPClassifier.fit: 4 epochs in ")
+        assert f"loss={one.loss_:.6g}" in lines[0]
+        caplog.clear()
+        two = GPUMLPClassifier(verbose=2, **params).fit(Xtr, ytr)
+        lines = [r.getMessage() for r in caplog.records]
+    # one line per epoch with its number and loss (what scikit-learn prints), then the summary
+    assert lines[:4] == [
+        f"GPUMLPClassifier.fit {i}/4: loss={two.loss_curve_[i - 1]:.6g}" for i in range(1, 5)
+    ]
+    assert len(lines) == 5 and lines[4].startswith("GPUMLPClassifier.fit: 4 epochs")
+    assert capsys.readouterr() == ("", "")  # a handler is configured (caplog): nothing printed
+
+
+def test_verbose_logs_validation_scores_stopping_and_partial_fit(digits, caplog):
+    Xtr, _, ytr, _ = digits
+    clf = GPUMLPClassifier(
+        (8,), early_stopping=True, n_iter_no_change=1, tol=0.5, max_iter=20, random_state=0, verbose=2
+    )
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.neural_network"):
+        clf.set_params(device="cpu").fit(Xtr, ytr)
+        text = caplog.text
+        caplog.clear()
+        inc = GPUMLPClassifier((8,), random_state=0, verbose=1, device="cpu")
+        inc.partial_fit(Xtr, ytr, classes=np.unique(ytr))
+        partial = [r.getMessage() for r in caplog.records]
+    assert f"validation_score={clf.validation_scores_[0]:.6g}" in text
+    assert (
+        "Validation score did not improve more than tol=0.500000 for 1 consecutive epochs. Stopping." in text
+    )
+    assert clf.n_iter_ == 3 < 20
+    assert len(partial) == 1 and partial[0].startswith("GPUMLPClassifier.partial_fit: 1 epochs in ")
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, "yes"])
+def test_verbose_is_validated(digits, bad):
+    Xtr, _, ytr, _ = digits
+    with pytest.raises(ValueError, match="verbose"):
+        GPUMLPClassifier(verbose=bad, device="cpu").fit(Xtr, ytr)
+
+
+# ------------------------------------------------------------------ issue 17: sample_weight
+SW_SETTINGS = [
+    dict(solver="adam", max_iter=6),
+    dict(solver="sgd", learning_rate_init=0.1, max_iter=5),
+    dict(solver="sgd", momentum=0.5, nesterovs_momentum=False, learning_rate_init=0.05, max_iter=4),
+    dict(solver="adam", batch_size=1, max_iter=1),
+    dict(solver="adam", early_stopping=True, max_iter=8, n_iter_no_change=3),
+    dict(solver="sgd", learning_rate="adaptive", tol=0.05, n_iter_no_change=1, max_iter=8),
+]
+
+
+def _sw_id(kw):
+    return "-".join(f"{k}={v}" for k, v in kw.items())
+
+
+@pytest.mark.parametrize("kw", SW_SETTINGS, ids=_sw_id)
+def test_sample_weight_matches_sklearn(digits, kw, rng):
+    """Weighted loss and gradients exactly as MLPClassifier 1.9 defines them (to rounding)."""
+    Xtr, _, ytr, _ = digits
+    n = 300 if kw.get("batch_size") == 1 else Xtr.shape[0]
+    X, y = Xtr[:n], ytr[:n]
+    sw = rng.random(n) * 3
+    if kw.get("batch_size") != 1:  # a minibatch of zero weight divides by zero (next test)
+        sw[rng.choice(n, n // 10, replace=False)] = 0.0
+    seed = int(rng.integers(1000))
+    params = dict(hidden_layer_sizes=(20,), activation="tanh", random_state=seed, **kw)
+    ours = GPUMLPClassifier(device="cpu", **params).fit(X, y, sample_weight=sw)
+    ref = MLPClassifier(**params).fit(X, y, sample_weight=sw)
+    assert ours.n_iter_ == ref.n_iter_
+    np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-9)
+    for a, b in zip(ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+    if kw.get("early_stopping"):
+        np.testing.assert_allclose(ours.validation_scores_, ref.validation_scores_, rtol=1e-12)
+    # and they differ from the unweighted model: the weights are used
+    plain = GPUMLPClassifier(device="cpu", **params).fit(X, y)
+    assert not np.allclose(plain.coefs_[0], ours.coefs_[0], rtol=1e-6)
+
+
+def test_zero_weight_minibatch_is_refused_as_in_sklearn(digits):
+    """A minibatch whose weights sum to 0 has no weighted mean: ZeroDivisionError, as scikit-learn."""
+    Xtr, _, ytr, _ = digits
+    sw = np.ones(50)
+    sw[7] = 0.0
+    params = dict(hidden_layer_sizes=(5,), batch_size=1, max_iter=1, random_state=0)
+    with pytest.raises(ZeroDivisionError):
+        MLPClassifier(**params).fit(Xtr[:50], ytr[:50], sample_weight=sw)
+    ours = GPUMLPClassifier(device="cpu", **params)
+    with pytest.raises(
+        ZeroDivisionError,
+        match=r"samples 7\.\.7 \(in the order given, batch_size=1\) has weights summing to 0",
+    ):
+        ours.fit(Xtr[:50], ytr[:50], sample_weight=sw)
+    assert not hasattr(ours, "coefs_")  # per-sample batches: refused before anything
+    sw2 = np.ones(50)
+    sw2[:25] = 0.0  # unshuffled minibatches of 25: the first one weighs nothing
+    est = GPUMLPClassifier(device="cpu", **{**params, "batch_size": 25, "shuffle": False})
+    with pytest.raises(ZeroDivisionError, match=r"samples 0\.\.24 \(in this epoch's order"):
+        est.fit(Xtr[:50], ytr[:50], sample_weight=sw2)
+    assert est.n_iter_ == 0  # refused at the epoch's start, before its first update
+
+
+def test_sample_weight_partial_fit_matches_sklearn(digits, rng):
+    Xtr, _, ytr, _ = digits
+    sw = rng.random(Xtr.shape[0]) + 0.5
+    classes = np.unique(ytr)
+    ours = GPUMLPClassifier((16,), solver="sgd", learning_rate_init=0.1, random_state=4, device="cpu")
+    ref = MLPClassifier((16,), solver="sgd", learning_rate_init=0.1, random_state=4)
+    half = Xtr.shape[0] // 2
+    for est in (ours, ref):
+        est.partial_fit(Xtr[:half], ytr[:half], sw[:half], classes)  # scikit-learn's argument order
+        est.partial_fit(Xtr[half:], ytr[half:], sample_weight=sw[half:])
+    np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-9)
+    np.testing.assert_allclose(ours.coefs_[0], ref.coefs_[0], rtol=1e-9, atol=1e-12)
+
+
+def _fit_pair(device, params, X, y, sw, X2, y2):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = GPUMLPClassifier(device=device, **params).fit(X, y, sample_weight=sw)
+        b = GPUMLPClassifier(device=device, **params).fit(X2, y2)
+    assert a.loss_curve_ and len(a.loss_curve_) == len(b.loss_curve_)
+    np.testing.assert_allclose(a.loss_curve_, b.loss_curve_, rtol=1e-9)
+    for u, v in zip(a.coefs_ + a.intercepts_, b.coefs_ + b.intercepts_):
+        np.testing.assert_allclose(u, v, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(a.predict_proba(X), b.predict_proba(X), rtol=1e-9, atol=1e-12)
+
+
+FULL_BATCH = [dict(solver="adam", max_iter=15), dict(solver="sgd", learning_rate_init=0.2, max_iter=15)]
+
+
+@pytest.mark.parametrize("kw", FULL_BATCH, ids=_sw_id)
+def test_integer_weights_equal_repeated_rows(device, rng, kw):
+    """Full-batch training: weight k is the sample repeated k times (shuffling aside)."""
+    X = rng.standard_normal((60, 7))
+    y = np.arange(60) % 3
+    sw = rng.integers(1, 4, 60)
+    params = dict(hidden_layer_sizes=(9,), random_state=2, **kw)  # "auto": one batch (n < 200)
+    _fit_pair(device, params, X, y, sw, np.repeat(X, sw, axis=0), np.repeat(y, sw))
+
+
+@pytest.mark.parametrize("kw", FULL_BATCH, ids=_sw_id)
+def test_zero_weights_equal_dropped_rows(device, rng, kw):
+    X = rng.standard_normal((60, 7))
+    y = np.arange(60) % 3
+    sw = np.ones(60)
+    sw[rng.choice(60, 15, replace=False)] = 0
+    params = dict(hidden_layer_sizes=(9,), random_state=2, **kw)  # "auto": one batch (n < 200)
+    keep = sw > 0
+    _fit_pair(device, params, X, y, sw, X[keep], y[keep])
+
+
+def test_unit_weights_change_nothing(digits):
+    Xtr, _, ytr, _ = digits
+    params = dict(hidden_layer_sizes=(10,), max_iter=3, random_state=1, device="cpu")
+    a = GPUMLPClassifier(**params).fit(Xtr, ytr, sample_weight=np.ones(Xtr.shape[0]))
+    b = GPUMLPClassifier(**params).fit(Xtr, ytr)
+    np.testing.assert_allclose(a.loss_curve_, b.loss_curve_, rtol=1e-13)
+    np.testing.assert_allclose(a.coefs_[0], b.coefs_[0], rtol=1e-12, atol=1e-15)
+
+
+def test_sample_weight_is_routed_as_fit_metadata(digits, rng):
+    """Metadata routing from the signature: a Pipeline passes sample_weight to fit when requested."""
+    import sklearn
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    Xtr, _, ytr, _ = digits
+    sw = rng.random(Xtr.shape[0])
+    params = dict(hidden_layer_sizes=(8,), max_iter=3, random_state=0, device="cpu")
+    with sklearn.config_context(enable_metadata_routing=True):
+        routing = GPUMLPClassifier().get_metadata_routing()
+        assert "sample_weight" in routing.fit.requests and "sample_weight" in routing.partial_fit.requests
+        mlp = GPUMLPClassifier(**params).set_fit_request(sample_weight=True)
+        pipe = make_pipeline(StandardScaler().set_fit_request(sample_weight=False), mlp)
+        pipe.fit(Xtr, ytr, sample_weight=sw)
+    direct = GPUMLPClassifier(**params).fit(StandardScaler().fit_transform(Xtr), ytr, sample_weight=sw)
+    np.testing.assert_array_equal(pipe[-1].coefs_[0], direct.coefs_[0])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(solver="adam", batch_size=32),
+        dict(solver="sgd", batch_size=50, learning_rate_init=0.1),
+        dict(solver="sgd", batch_size=1, learning_rate_init=0.01),  # the per-step path, not the fused kernel
+        dict(solver="adam", batch_size=1, hidden_layer_sizes=(12, 9)),  # GEMV/GER
+        dict(solver="adam", batch_size=40, early_stopping=True),
+    ],
+    ids=_sw_id,
+)
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sample_weight_cpu_gpu_parity(digits, kw, dtype, rng):
+    Xtr, _, ytr, _ = digits
+    X, y = Xtr[:400].astype(dtype), ytr[:400]
+    sw = rng.random(400) * 2
+    sw[::7] = 0
+    params = dict(hidden_layer_sizes=(40,), max_iter=2, random_state=3, alpha=1e-3)
+    params.update(kw)
+    cpu = GPUMLPClassifier(device="cpu", **params).fit(X, y, sample_weight=sw)
+    gpu = GPUMLPClassifier(device="cuda", **params).fit(X, y, sample_weight=sw)
+    _assert_same_model(cpu, gpu, rtol=1e-7 if dtype == np.float64 else 1e-4)
+
+
+@pytest.mark.cuda
+def test_sample_weight_cupy_weights_and_data(digits, rng):
+    import cupy
+
+    Xtr, _, ytr, _ = digits
+    sw = rng.random(Xtr.shape[0])
+    params = dict(hidden_layer_sizes=(16,), max_iter=2, random_state=0, device="cuda")
+    a = GPUMLPClassifier(**params).fit(cupy.asarray(Xtr), cupy.asarray(ytr), sample_weight=cupy.asarray(sw))
+    b = GPUMLPClassifier(**params).fit(Xtr, ytr, sample_weight=sw)
+    for u, v in zip(a.coefs_, b.coefs_):
+        np.testing.assert_array_equal(u, v)
+
+
+# ------------------------------------------------------------------ issue 17: sparse X
+SPARSE_SETTINGS = [
+    dict(solver="adam", max_iter=4),
+    dict(solver="sgd", batch_size=1, learning_rate_init=0.01, max_iter=1),
+    dict(solver="adam", early_stopping=True, max_iter=5),
+]
+
+
+def _sparse_digits(digits, fmt="csr"):
+    import scipy.sparse as sp
+
+    Xtr, Xte, ytr, yte = digits
+    return sp.csr_matrix(Xtr).asformat(fmt), sp.csr_matrix(Xte).asformat(fmt), ytr, yte
+
+
+@pytest.mark.parametrize("kw", SPARSE_SETTINGS, ids=_sw_id)
+def test_csr_matches_sklearn_and_dense(digits, kw, rng):
+    Xs, Xtes, ytr, _ = _sparse_digits(digits)
+    n = 300 if kw.get("batch_size") == 1 else Xs.shape[0]
+    Xs, ytr = Xs[:n], ytr[:n]
+    params = dict(hidden_layer_sizes=(20,), random_state=int(rng.integers(1000)), **kw)
+    ours = GPUMLPClassifier(device="cpu", **params).fit(Xs, ytr)
+    ref = MLPClassifier(**params).fit(Xs, ytr)
+    dense = GPUMLPClassifier(device="cpu", **params).fit(Xs.toarray(), ytr)
+    np.testing.assert_allclose(ours.loss_curve_, ref.loss_curve_, rtol=1e-9)
+    for a, b, c in zip(
+        ours.coefs_ + ours.intercepts_, ref.coefs_ + ref.intercepts_, dense.coefs_ + dense.intercepts_
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(a, c, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(ours.predict_proba(Xtes), ours.predict_proba(Xtes.toarray()), rtol=1e-12)
+    np.testing.assert_array_equal(ours.predict(Xtes), ref.predict(Xtes))
+
+
+@pytest.mark.parametrize("fmt", ["csc", "coo", "lil"])
+def test_other_sparse_formats_are_converted(digits, fmt):
+    Xs, Xtes, ytr, _ = _sparse_digits(digits, fmt)
+    params = dict(hidden_layer_sizes=(8,), max_iter=2, random_state=0, device="cpu")
+    a = GPUMLPClassifier(**params).fit(Xs, ytr)
+    b = GPUMLPClassifier(**params).fit(Xs.tocsr(), ytr)
+    np.testing.assert_allclose(a.coefs_[0], b.coefs_[0], rtol=1e-12)
+    np.testing.assert_allclose(a.predict_proba(Xtes), b.predict_proba(Xtes.tocsr()), rtol=1e-12)
+
+
+def test_csr_rows_densify_gather_and_sum_duplicates(rng):
+    import scipy.sparse as sp
+
+    from sknn_gpu.neural_network._data import CSRRows
+
+    dense = sp.random(40, 9, density=0.3, random_state=int(rng.integers(100))).toarray()
+    dense[5] = 0  # an empty row
+    X = sp.csr_matrix(dense)
+    rows = CSRRows.of(X, "cpu", np.float64)
+    assert rows.shape == (40, 9) and rows.nnz == X.nnz
+    np.testing.assert_array_equal(rows.toarray(), X.toarray())
+    order = rng.permutation(40)
+    taken = rows.take(order)
+    np.testing.assert_array_equal(taken.toarray(), X.toarray()[order])
+    np.testing.assert_array_equal(taken[3:17], X.toarray()[order][3:17])
+    assert taken[20:20].shape == (0, 9)
+    with pytest.raises(TypeError, match="contiguous row slices"):
+        rows[np.arange(3)]
+    # duplicates (non-canonical CSR) are summed, as SciPy reads them
+    dup = sp.csr_matrix((np.array([1.0, 2.0, 4.0]), np.array([1, 1, 0]), np.array([0, 2, 3])), shape=(2, 3))
+    np.testing.assert_array_equal(CSRRows.of(dup, "cpu", np.float32).toarray(), [[0, 3, 0], [4, 0, 0]])
+
+
+def test_csr_rows_feed_the_trainer_as_the_gpu_does(digits, rng):
+    """The CUDA trainer's data path on NumPy: gather the CSR rows once, then densify slices."""
+    import scipy.sparse as sp
+
+    from sknn_gpu.neural_network._base import Layout, OptimizerState, Solver, TrainConfig
+    from sknn_gpu.neural_network._data import CSRRows
+    from sknn_gpu.neural_network._mlp_cpu import CPUTrainer
+
+    Xtr, _, ytr, _ = digits
+    clf = GPUMLPClassifier((12,), max_iter=1, random_state=0, device="cpu").fit(Xtr, ytr)
+    Y = clf._label_binarizer.transform(ytr).astype(np.float64)
+    order = rng.permutation(Xtr.shape[0])
+    layout = Layout([64, 12, 10])
+    losses, weights = [], []
+    for X in (
+        np.ascontiguousarray(Xtr[order]),
+        CSRRows.of(sp.csr_matrix(Xtr), "cpu", np.float64).take(order),
+    ):
+        opt = OptimizerState.new(Solver.ADAM, 0.001, layout.size, np.float64)
+        trainer = CPUTrainer(layout, TrainConfig.of(clf), clf.coefs_, clf.intercepts_, opt, 50)
+        losses.append(trainer.epoch(X, Y[order], None, opt))
+        weights.append(trainer.flat.copy())
+    assert losses[0] == losses[1]
+    np.testing.assert_array_equal(weights[0], weights[1])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "kw", SPARSE_SETTINGS + [dict(solver="sgd", batch_size=1, hidden_layer_sizes=(9, 7))], ids=_sw_id
+)
+def test_csr_cpu_gpu_parity(digits, kw):
+    import cupyx.scipy.sparse as csp
+
+    Xs, Xtes, ytr, _ = _sparse_digits(digits)
+    Xs, ytr = Xs[:300], ytr[:300]
+    params = dict(hidden_layer_sizes=(20,), random_state=1, max_iter=2)
+    params.update(kw)
+    cpu = GPUMLPClassifier(device="cpu", **params).fit(Xs, ytr)
+    gpu = GPUMLPClassifier(device="cuda", **params).fit(Xs, ytr)
+    _assert_same_model(cpu, gpu, rtol=1e-7)
+    dense = GPUMLPClassifier(device="cuda", **params).fit(Xs.toarray(), ytr)
+    _assert_same_model(dense, gpu, rtol=1e-9)
+    on_device = GPUMLPClassifier(device="cuda", **params).fit(csp.csr_matrix(Xs), ytr)  # cupyx input
+    _assert_same_model(gpu, on_device, rtol=1e-12)
+    np.testing.assert_allclose(gpu.predict_proba(Xtes), cpu.predict_proba(Xtes), rtol=1e-7, atol=1e-12)
+    out = gpu.predict_proba(csp.csr_matrix(Xtes))
+    assert type(out).__module__.split(".")[0] == "cupy"  # cupyx in, CuPy out
+    np.testing.assert_allclose(out.get(), gpu.predict_proba(Xtes), rtol=1e-12)
+
+
+@pytest.mark.cuda
+def test_csr_prediction_on_the_gpu_in_row_chunks(digits, monkeypatch):
+    from sknn_gpu.neural_network import _mlp
+
+    Xs, Xtes, ytr, _ = _sparse_digits(digits)
+    clf = GPUMLPClassifier((16,), max_iter=3, random_state=0, device="cuda").fit(Xs, ytr)
+    whole = clf.predict_proba(Xtes)
+    monkeypatch.setattr(_mlp, "DENSE_ITEMS", 64 * 7)  # 7 rows at a time
+    np.testing.assert_allclose(clf.predict_proba(Xtes), whole, rtol=1e-12)
+    np.testing.assert_array_equal(clf.predict(Xtes), clf.predict(Xtes.toarray()))
+
+
+# ------------------------------------------------------------------ issue 17: scikit-learn interop
+@pytest.fixture(scope="module")
+def interop_cases():
+    from sklearn.datasets import make_multilabel_classification
+
+    X, y = load_digits(return_X_y=True)
+    X = X[:500] / 16.0
+    y = y[:500]
+    Xm, Ym = make_multilabel_classification(n_samples=150, n_features=10, n_classes=4, random_state=1)
+    return {
+        "multiclass-relu": (X, y, dict(hidden_layer_sizes=(20,))),
+        "binary-logistic": (X, (y > 4).astype(int), dict(hidden_layer_sizes=(10, 6), activation="logistic")),
+        "strings-tanh": (X, np.array(list("abcdefghij"))[y], dict(activation="tanh", solver="sgd")),
+        "multilabel": (Xm, Ym, dict(hidden_layer_sizes=(12,))),
+        "float32-identity": (X.astype(np.float32), y, dict(activation="identity")),
+        "early-stopping": (X, y, dict(early_stopping=True)),
+    }
+
+
+INTEROP = [
+    "multiclass-relu",
+    "binary-logistic",
+    "strings-tanh",
+    "multilabel",
+    "float32-identity",
+    "early-stopping",
+]
+
+
+@pytest.mark.parametrize("case", INTEROP)
+def test_as_sklearn_predicts_identically(case, interop_cases):
+    X, y, kw = interop_cases[case]
+    ours = GPUMLPClassifier(max_iter=5, random_state=0, device="cpu", **kw).fit(X, y)
+    mlp = ours.as_sklearn()
+    assert type(mlp) is MLPClassifier
+    np.testing.assert_array_equal(mlp.predict(X), ours.predict(X))
+    np.testing.assert_array_equal(mlp.predict_proba(X), ours.predict_proba(X))  # bit for bit
+    assert mlp.get_params()["hidden_layer_sizes"] == ours.hidden_layer_sizes
+    assert mlp.n_iter_ == ours.n_iter_ and mlp.loss_curve_ == ours.loss_curve_
+    assert mlp.coefs_[0].dtype == ours.coefs_[0].dtype
+    assert not any(np.shares_memory(a, b) for a, b in zip(mlp.coefs_, ours.coefs_))
+
+
+@pytest.mark.parametrize("case", INTEROP)
+def test_from_sklearn_predicts_identically(case, interop_cases):
+    X, y, kw = interop_cases[case]
+    mlp = MLPClassifier(max_iter=5, random_state=0, **kw).fit(X, y)
+    ours = GPUMLPClassifier.from_sklearn(mlp, device="cpu")
+    assert ours.device_ == "cpu" and ours.n_features_in_ == mlp.n_features_in_
+    np.testing.assert_array_equal(ours.predict(X), mlp.predict(X))
+    np.testing.assert_array_equal(ours.predict_proba(X), mlp.predict_proba(X))
+    np.testing.assert_array_equal(ours.predict_log_proba(X), mlp.predict_log_proba(X))
+    again = pickle.loads(pickle.dumps(ours))
+    np.testing.assert_array_equal(again.predict_proba(X), mlp.predict_proba(X))
+    mlp.coefs_[0][...] = 0  # nothing shared
+    assert np.abs(ours.coefs_[0]).sum() > 0
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [dict(solver="adam"), dict(solver="sgd", momentum=0.9), dict(solver="sgd", momentum=0.0)],
+    ids=_sw_id,
+)
+def test_partial_fit_continues_across_the_conversion(digits, kw):
+    """The optimizer state travels: partial_fit after the conversion equals partial_fit before."""
+    Xtr, _, ytr, _ = digits
+    classes = np.unique(ytr)
+    ours = GPUMLPClassifier((14,), learning_rate_init=0.01, random_state=3, device="cpu", **kw)
+    ours.partial_fit(Xtr[:600], ytr[:600], classes=classes)
+    exported = ours.as_sklearn()
+    back = GPUMLPClassifier.from_sklearn(exported, device="cpu")
+    for est in (ours, exported, back):
+        est.partial_fit(Xtr[600:], ytr[600:])
+    for est in (exported, back):
+        np.testing.assert_allclose(est.loss_curve_, ours.loss_curve_, rtol=1e-9)
+        for a, b in zip(est.coefs_ + est.intercepts_, ours.coefs_ + ours.intercepts_):
+            np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-12)
+
+
+def test_from_sklearn_refuses_what_it_cannot_import(digits):
+    from sklearn.exceptions import NotFittedError
+    from sklearn.linear_model import LogisticRegression
+
+    Xtr, _, ytr, _ = digits
+    with pytest.raises(TypeError, match="MLPClassifier, got LogisticRegression"):
+        GPUMLPClassifier.from_sklearn(LogisticRegression().fit(Xtr, ytr))
+    with pytest.raises(NotFittedError):
+        GPUMLPClassifier.from_sklearn(MLPClassifier())
+    with pytest.raises(NotFittedError):
+        GPUMLPClassifier().as_sklearn()
+    lbfgs = MLPClassifier((8,), solver="lbfgs", max_iter=20, random_state=0).fit(Xtr, ytr)
+    ours = GPUMLPClassifier.from_sklearn(lbfgs, device="cpu", kernels="cublas")
+    assert ours.kernels == "cublas" and not hasattr(ours, "_optimizer")
+    np.testing.assert_array_equal(ours.predict_proba(Xtr), lbfgs.predict_proba(Xtr))  # predicts
+    with pytest.raises(ValueError, match="lbfgs"):  # but only scikit-learn trains L-BFGS
+        ours.fit(Xtr, ytr)
+
+
+@pytest.mark.cuda
+def test_from_sklearn_on_the_gpu(digits):
+    import cupy
+
+    Xtr, Xte, ytr, _ = digits
+    mlp = MLPClassifier((24,), max_iter=10, random_state=0).fit(Xtr, ytr)
+    ours = GPUMLPClassifier.from_sklearn(mlp, device="cuda")
+    assert ours.device_ == "cuda"
+    np.testing.assert_array_equal(ours.predict(Xte), mlp.predict(Xte))
+    np.testing.assert_allclose(ours.predict_proba(Xte), mlp.predict_proba(Xte), rtol=1e-12, atol=1e-15)
+    assert isinstance(ours.predict_proba(cupy.asarray(Xte)), cupy.ndarray)
+    ours.partial_fit(Xtr, ytr)  # trains on the GPU from the imported optimizer state
+    mlp.partial_fit(Xtr, ytr)
+    _assert_same_model(mlp, ours, rtol=1e-7)
+    np.testing.assert_array_equal(ours.as_sklearn().predict(Xte), ours.predict(Xte))
+
+
+# ------------------------------------------------------------------ issue 17: scikit-learn glue
+def test_device_classifier_mixin_score_with_weights(digits, rng):
+    from sklearn.metrics import accuracy_score
+
+    from sknn_gpu.base import DeviceClassifierMixin
+
+    Xtr, Xte, ytr, yte = digits
+    clf = GPUMLPClassifier((16,), max_iter=10, random_state=0, device="cpu").fit(Xtr, ytr)
+    assert isinstance(clf, DeviceClassifierMixin)
+    sw = rng.random(len(yte))
+    assert clf.score(Xte, yte, sample_weight=sw) == accuracy_score(yte, clf.predict(Xte), sample_weight=sw)
+
+
+@pytest.mark.cuda
+def test_cupy_through_scikit_learn_glue_without_array_api_dispatch(digits):
+    import cupy
+    from sklearn.model_selection import cross_val_score
+    from sklearn.pipeline import make_pipeline
+
+    from sknn_gpu import config_context
+
+    Xtr, Xte, ytr, yte = digits
+    clf = GPUMLPClassifier((16,), max_iter=10, random_state=0, device="cuda")
+    dX, dy = cupy.asarray(Xtr), cupy.asarray(ytr)
+    clf.fit(dX, dy)
+    assert clf.score(cupy.asarray(Xte), cupy.asarray(yte)) == clf.score(Xte, yte)
+    scores = cross_val_score(make_pipeline(GPUMLPClassifier((8,), max_iter=5, device="cuda")), dX, dy, cv=3)
+    assert scores.shape == (3,) and np.all(scores > 0.5)
+    assert isinstance(clf.set_params(output_type="numpy").predict(cupy.asarray(Xte)), np.ndarray)
+    with config_context(output_type="cupy"):
+        assert isinstance(clf.set_params(output_type=None).predict_proba(Xte), cupy.ndarray)

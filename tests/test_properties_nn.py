@@ -6,7 +6,9 @@
   operands are refused; a repeated call (the GPU's cached launch) gives the same answer.
 * GPUMLPClassifier on random small problems: finite weights of the input's dtype,
   probabilities in [0, 1] summing to 1, determinism for a fixed ``random_state``, and
-  inputs of extreme magnitude either fit or are refused with a clear error.
+  inputs of extreme magnitude either fit or are refused with a clear error; integer
+  sample weights equal repeated rows (zero weights dropped rows) in full-batch training,
+  and sparse input (CSR/CSC, empty rows included) trains and predicts as its dense copy.
 * One table of bad inputs each: the error type and message fragment each must raise, and
   that nothing was written or changed. Every test takes the ``device`` fixture, so the
   cuda-marked twin runs the same cases on the GPU.
@@ -211,6 +213,61 @@ def test_mlp_extreme_magnitudes_fit_or_refuse_clearly(device, exponent, seed):
     P = to_host(clf.predict_proba(X))
     assert np.isfinite(P).all()
     np.testing.assert_allclose(P.sum(axis=1), 1, rtol=1e-12)
+
+
+@settings(max_examples=10, **SETTINGS)
+@given(
+    n=st.integers(6, 40),
+    d=st.integers(1, 6),
+    k=st.integers(2, 3),
+    solver=st.sampled_from(["adam", "sgd"]),
+    seed=st.integers(0, 1000),
+)
+def test_mlp_integer_weights_equal_repeated_rows(device, n, d, k, solver, seed):
+    """Full batch: weight w is the sample w times over (0 drops it), on random data."""
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    y = np.arange(n) % k
+    w = rng.integers(0, 4, n)
+    w[:k] = np.maximum(w[:k], 1)  # every class keeps a sample
+    params = dict(hidden_layer_sizes=(5,), solver=solver, max_iter=3, random_state=seed, device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = GPUMLPClassifier(**params).fit(X, y, sample_weight=w)
+        b = GPUMLPClassifier(**params).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
+    np.testing.assert_allclose(a.loss_curve_, b.loss_curve_, rtol=1e-9)
+    for u, v in zip(a.coefs_ + a.intercepts_, b.coefs_ + b.intercepts_):
+        np.testing.assert_allclose(u, v, rtol=1e-9, atol=1e-12)
+
+
+@settings(max_examples=10, **SETTINGS)
+@given(
+    n=st.integers(2, 50),
+    d=st.integers(1, 12),
+    density=st.sampled_from([0.0, 0.05, 0.3, 1.0]),
+    fmt=st.sampled_from(["csr", "csc"]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    batch=st.sampled_from(["auto", 1, 7]),
+    seed=st.integers(0, 1000),
+)
+def test_mlp_sparse_input_trains_and_predicts_as_dense(device, n, d, density, fmt, dtype, batch, seed):
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, random_state=seed, format=fmt, dtype=dtype) * 5
+    y = np.arange(n) % 2
+    params = dict(hidden_layer_sizes=(4,), batch_size=batch, max_iter=2, random_state=seed, device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        warnings.simplefilter("ignore", UserWarning)  # batch_size clipped
+        a = GPUMLPClassifier(**params).fit(X, y)
+        b = GPUMLPClassifier(**params).fit(X.toarray(), y)
+    tol = 1e-9 if dtype == np.float64 else 1e-4
+    assert all(c.dtype == dtype for c in a.coefs_)
+    for u, v in zip(a.coefs_ + a.intercepts_, b.coefs_ + b.intercepts_):
+        np.testing.assert_allclose(u, v, rtol=tol, atol=tol * 1e-3)
+    Xq = sp.random(7, d, density=0.5, random_state=int(rng.integers(99)), format="csr", dtype=dtype)
+    np.testing.assert_allclose(to_host(a.predict_proba(Xq)), to_host(a.predict_proba(Xq.toarray())), rtol=tol)
 
 
 # ------------------------------------------------------------------ bad inputs: linalg
@@ -463,6 +520,24 @@ MLP_BAD = [
         ValueError,
         "classes",
     ),
+    ("sw-length", lambda d: GPUMLPClassifier(device=d), "fit-sw-short", ValueError, r"sample_weight\.shape"),
+    ("sw-2d", lambda d: GPUMLPClassifier(device=d), "fit-sw-2d", ValueError, "1D array or scalar"),
+    (
+        "sw-all-zero",
+        lambda d: GPUMLPClassifier(device=d),
+        "fit-sw-zeros",
+        ValueError,
+        "at least one non-zero",
+    ),
+    ("sw-nan", lambda d: GPUMLPClassifier(device=d), "fit-sw-nan", ValueError, "sample_weight contains NaN"),
+    (
+        "sw-zero-per-sample",
+        lambda d: GPUMLPClassifier(batch_size=1, device=d),
+        "fit-sw-one-zero",
+        ZeroDivisionError,
+        r"samples 3\.\.3 .* summing to 0",
+    ),
+    ("X-sparse-nan", lambda d: GPUMLPClassifier(device=d), "fit-sparse-nan", ValueError, "NaN"),
 ]
 
 
@@ -470,11 +545,11 @@ def _mlp_call(est, what, xp, monkeypatch):
     X, y = _digits()
     if what.endswith("small-memory"):
         from sknn_gpu import _backend
-        from sknn_gpu.neural_network import _mlp
+        from sknn_gpu.neural_network import _size
 
         monkeypatch.setattr(_backend, "free_memory", lambda device: 4 << 30)
         if what.startswith("predict"):
-            monkeypatch.setattr(_mlp, "_CHECK_FROM", 0)
+            monkeypatch.setattr(_size, "_CHECK_FROM", 0)
             monkeypatch.setattr(_backend, "free_memory", lambda device: 1024)
         what = what.rsplit("-", 2)[0]
     Xd = {
@@ -485,6 +560,19 @@ def _mlp_call(est, what, xp, monkeypatch):
         "predict-narrow": X[:, :10],
     }.get(what, X)
     Xd = xp.asarray(Xd)
+    sw = {
+        "fit-sw-short": np.ones(len(y) - 1),
+        "fit-sw-2d": np.ones((len(y), 2)),
+        "fit-sw-zeros": np.zeros(len(y)),
+        "fit-sw-nan": np.where(np.arange(len(y)) == 4, np.nan, 1.0),
+        "fit-sw-one-zero": np.where(np.arange(len(y)) == 3, 0.0, 1.0),
+    }.get(what)
+    if sw is not None:
+        return est.fit(Xd, y, sample_weight=xp.asarray(sw))
+    if what == "fit-sparse-nan":
+        import scipy.sparse as sp
+
+        return est.fit(sp.csr_matrix(_with_nan(X)), y)
     if what.startswith("fit"):
         return est.fit(Xd, y[:-1] if what == "fit-short-y" else y)
     if what == "partial_fit":

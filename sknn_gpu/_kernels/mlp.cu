@@ -16,8 +16,8 @@
 //   The launch must have every block resident (grid <= number of SMs); the barrier
 //   (grid_barrier.cuh, monotonic 64-bit counter) times out and sets *err instead of hanging.
 //
-// Minibatch helpers (the GEMMs are cuBLAS through CuPy): bias_act, out_delta,
-// act_deriv, params_update.
+// Minibatch helpers (the GEMMs are cuBLAS through CuPy): bias_act, out_delta
+// (out_delta_w with sample weights), act_deriv, params_update.
 
 #include "grid_barrier.cuh"
 
@@ -355,6 +355,26 @@ __global__ void out_delta(T* __restrict__ Z, const T* __restrict__ b, const T* _
     if (r < rows) {
         T* z = Z + r * cols;
         l = out_loss_delta<T, OUT, true>(z, b, Y + r * cols, z, cols);
+    }
+    block_add(l, red, loss);
+}
+
+// out_delta with sample weights w (rows): the delta of row r is w[r] * (p - y) and its
+// loss counts w[r] * loss_scale times (loss_scale = rows / sum of the batch's weights,
+// so *loss gets the batch's weighted mean loss times its size, as scikit-learn sums it).
+template <typename T, int OUT>
+__global__ void out_delta_w(T* __restrict__ Z, const T* __restrict__ b, const T* __restrict__ Y,
+                            const T* __restrict__ w, const long long rows, const int cols,
+                            const double loss_scale, double* __restrict__ loss)
+{
+    __shared__ double red[256];
+    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    double l = 0.0;
+    if (r < rows) {
+        T* z = Z + r * cols;
+        const T wr = w[r];
+        l = out_loss_delta<T, OUT, true>(z, b, Y + r * cols, z, cols) * ((double)wr * loss_scale);
+        for (int c = 0; c < cols; ++c) z[c] *= wr;
     }
     block_add(l, red, loss);
 }

@@ -7,7 +7,7 @@
 * :class:`TrainConfig` -- the hyper-parameters a trainer reads;
 * the activations, the log-loss and the forward pass, written against the array
   module of their input (NumPy for the CPU trainer and CPU prediction, CuPy for GPU
-  prediction);
+  prediction; SciPy sparse input on the CPU as scikit-learn takes it);
 * :class:`Trainer` -- the one interface of the CPU trainer (``_mlp_cpu``) and the CUDA
   trainer (``_mlp_cuda``): the minibatch loop and the optimizer's learning rate here,
   the device-specific steps in the subclasses.
@@ -20,8 +20,10 @@ from dataclasses import dataclass, fields
 from enum import IntEnum
 
 import numpy as np
+from scipy.special import expit
 
 from .._backend import array_module, get_xp, to_device, to_host
+from ._data import CSRRows
 
 __all__ = [
     "Layout",
@@ -34,6 +36,7 @@ __all__ = [
     "output_activation",
     "log_loss",
     "forward",
+    "check_batch_weights",
 ]
 
 
@@ -169,7 +172,9 @@ class TrainConfig:
 def hidden_activation(Z, act):
     """Hidden activation in place (NumPy or CuPy array)."""
     xp = array_module(Z)
-    if act == "logistic":
+    if act == "logistic" and xp is np:
+        expit(Z, out=Z)  # scikit-learn's logistic: NumPy probabilities equal MLPClassifier's bit for bit
+    elif act == "logistic":
         xp.negative(Z, out=Z)
         xp.exp(Z, out=Z)
         Z += 1
@@ -204,26 +209,60 @@ def output_activation(Z, out):
     return Z
 
 
-def log_loss(P, Y, out):
-    """Summed (not averaged) log-loss of probabilities ``P`` against 0/1 targets ``Y`` (NumPy)."""
+def log_loss(P, Y, out, sample_weight=None):
+    """Summed (not averaged) log-loss of probabilities ``P`` against 0/1 targets ``Y`` (NumPy).
+
+    With ``sample_weight`` (one weight per row), the weighted sum ``sum_i w_i loss_i``.
+    """
     eps = np.finfo(P.dtype).eps
     Pc = np.clip(P, eps, 1 - eps)
     if out == "softmax":
-        return -float(np.sum(np.log(Pc, dtype=np.float64) * Y))
-    return -float(np.sum(Y * np.log(Pc, dtype=np.float64) + (1 - Y) * np.log(1 - Pc, dtype=np.float64)))
+        terms = np.log(Pc, dtype=np.float64) * Y
+    else:
+        terms = Y * np.log(Pc, dtype=np.float64) + (1 - Y) * np.log(1 - Pc, dtype=np.float64)
+    if sample_weight is None:
+        return -float(np.sum(terms))
+    return -float(np.dot(terms.sum(axis=1), np.asarray(sample_weight, dtype=np.float64)))
 
 
 def forward(X, coefs, inters, activation, out_activation):
-    """Forward pass with NumPy or CuPy arrays; returns the output layer's activations."""
-    xp = array_module(X)
+    """Forward pass with NumPy or CuPy arrays; returns the output layer's activations.
+
+    ``X`` may also be a SciPy sparse matrix (the first product is then sparse @ dense,
+    as in scikit-learn).
+    """
     A = X
     last = len(coefs) - 1
     for i, (W, b) in enumerate(zip(coefs, inters)):
-        A = xp.matmul(A, W)
+        A = A @ W  # np.matmul / cupy.matmul for dense arrays
         A += b
         if i != last:
             hidden_activation(A, activation)
     return output_activation(A, out_activation)
+
+
+def check_batch_weights(sample_weight, batch_size, order="in the order given"):
+    """Refuse weights whose minibatches (in this order) include one summing to 0.
+
+    ``order`` says, in the message, which order the samples are counted in. Such a
+    minibatch has no weighted mean loss; scikit-learn's MLP raises
+    ``ZeroDivisionError`` there too (from ``np.average``).
+
+    Raises
+    ------
+    ZeroDivisionError
+        Naming the minibatch and the way out.
+    """
+    n = sample_weight.shape[0]
+    for start in range(0, n, batch_size):
+        if sample_weight[start : start + batch_size].sum() == 0:
+            stop = min(start + batch_size, n)
+            raise ZeroDivisionError(
+                f"sample_weight: the minibatch of samples {start}..{stop - 1} ({order}, "
+                f"batch_size={batch_size}) has weights summing to 0, so its weighted mean loss is "
+                "undefined (scikit-learn's MLP raises ZeroDivisionError there too). Use a larger "
+                "batch_size, or drop the zero-weight samples."
+            )
 
 
 # ---------------------------------------------------------------------------- trainers
@@ -238,6 +277,11 @@ class Trainer:
     ``_out_delta``, ``_colsum``, ``_act_deriv``, ``_update``) and of the epoch
     (``_new_acc``, ``_epoch_data``).
 
+    Sample weights follow scikit-learn's MLP: within a minibatch of ``B`` samples with
+    weights summing to ``S``, the output deltas are multiplied by the weights and the
+    gradients (L2 term included) divided by ``S`` instead of ``B``; the minibatch adds
+    ``B / S`` times its weighted loss to the epoch's loss.
+
     Parameters
     ----------
     layout : Layout
@@ -251,17 +295,25 @@ class Trainer:
         :meth:`save_optimizer`.
     batch_size : int
         Samples per minibatch.
+    sample_weight : ndarray of shape (n_samples,) or None, default=None
+        Weights of the training samples (NumPy, as validated by the estimator).
+    sparse : bool, default=False
+        Whether the training data is sparse (SciPy CSR on the CPU, :class:`CSRRows` on
+        the GPU).
     """
 
     #: 'cpu' or 'cuda' (set by the subclass)
     device = None
 
-    def __init__(self, layout, config, coefs, intercepts, opt, batch_size):
+    def __init__(self, layout, config, coefs, intercepts, opt, batch_size, sample_weight=None, sparse=False):
         self.xp = get_xp(self.device)
+        self.sparse = sparse
         self.layout = layout
         self.config = config
         self.batch_size = batch_size
         self.dtype = np.dtype(coefs[0].dtype)
+        self.sample_weight = sample_weight
+        self.sw = None if sample_weight is None else self._device_weights(sample_weight)
         self.alpha = float(config.alpha)
         self.flat = layout.pack(coefs, intercepts, self.device)
         self.moment1 = to_device(opt.moment1, self.device)
@@ -271,29 +323,45 @@ class Trainer:
         self.coefs_v, self.inters_v = layout.views(self.flat)
         self.gcoefs_v, self.ginters_v = layout.views(self.grad)
 
+    def _device_weights(self, sample_weight):
+        """The sample weights as the step hooks read them (CPU: the validated NumPy array)."""
+        return sample_weight
+
     # -------------------------------------------------------------- the loop
     def epoch(self, X, Y, order, opt):
         """One pass over ``X, Y`` (on this device) in ``order`` (None: as stored).
 
-        Returns the summed loss (log-loss plus the L2 term, summed over samples).
+        Returns the summed loss (log-loss plus the L2 term, summed over samples; with
+        sample weights, each minibatch's weighted mean loss times its size, as in
+        scikit-learn).
         """
         acc = self._new_acc()
-        X, Y, order = self._epoch_data(X, Y, order)
         n = X.shape[0]
         bs = self.batch_size
-        for start in range(0, n, bs):
+        sums = None
+        if self.sample_weight is not None:  # per-minibatch weight sums, on the host
+            w = self.sample_weight if order is None else self.sample_weight[order]
+            sums = [np.float64(w[start : start + bs].sum()) for start in range(0, n, bs)]
+            if 0 in sums:  # before any update of this epoch
+                check_batch_weights(w, bs, "in this epoch's order")
+        X, Y, sw, order = self._epoch_data(X, Y, order)
+        for b, start in enumerate(range(0, n, bs)):
             stop = min(start + bs, n)
-            if order is None:
-                Xb, Yb = X[start:stop], Y[start:stop]
+            rows = slice(start, stop) if order is None else order[start:stop]
+            if sums is None:
+                self._step(X[rows], Y[rows], opt, acc)
             else:
-                idx = order[start:stop]
-                Xb, Yb = X[idx], Y[idx]
-            self._step(Xb, Yb, opt, acc)
+                self._step(X[rows], Y[rows], opt, acc, sw[rows], sums[b])
         acc = to_host(acc)
         return float(acc[0] + 0.5 * self.alpha * acc[1])
 
-    def _step(self, Xb, Yb, opt, acc):
-        """Forward, backward and one optimizer update on the minibatch ``Xb, Yb``."""
+    def _step(self, Xb, Yb, opt, acc, wb=None, wsum=None):
+        """Forward, backward and one optimizer update on the minibatch ``Xb, Yb``.
+
+        ``wb``: the minibatch's sample weights (None: unweighted), ``wsum`` their sum.
+        """
+        B = Xb.shape[0]
+        scale = None if wb is None else B / wsum  # how much this batch's weighted mean counts
         coefs, inters = self.coefs_v, self.inters_v
         gcoefs, ginters = self.gcoefs_v, self.ginters_v
         acts = [Xb]
@@ -304,7 +372,7 @@ class Trainer:
                 self._bias_act(Z, b)
                 acts.append(Z)
             else:
-                self._out_delta(Z, b, Yb, acc)
+                self._out_delta(Z, b, Yb, acc, wb, scale)
                 D = Z
         for i in range(last, -1, -1):
             self._outer_into(acts[i], D, gcoefs[i])
@@ -312,7 +380,7 @@ class Trainer:
             if i > 0:
                 D = self._matmul(D, coefs[i].T)
                 self._act_deriv(D, acts[i])
-        self._update(opt, Xb.shape[0], acc)
+        self._update(opt, B if wb is None else wsum, acc, scale)
 
     def _next_lr(self, opt):
         """Learning rate of the next update (Adam: bias-corrected, counting the update)."""
@@ -326,6 +394,8 @@ class Trainer:
     def output(self, X):
         """Output-layer activations (NumPy) of ``X`` with the current parameters."""
         coefs, inters = self.layout.views(self.flat)
+        if isinstance(X, CSRRows):
+            X = X.toarray()
         P = forward(
             to_device(X, self.device), coefs, inters, self.config.activation, self.config.out_activation
         )

@@ -21,8 +21,14 @@ parameter layout:
 Random numbers (initial weights, shuffling, the validation split) are drawn on the host
 with the estimator's ``random_state``, so CPU and GPU start from the same state and see
 the samples in the same order. Memory is estimated from the parameters and the data
-shape (:meth:`GPUMLPClassifier._check_size`) and checked before anything large is
+shape (:func:`._size.size_estimate`) and checked before anything large is
 allocated.
+
+Sample weights follow scikit-learn 1.9's MLP (weighted deltas, gradients divided by the
+minibatch's weight sum). Sparse ``X`` is SciPy CSR on the CPU, as in scikit-learn, and
+CSR on the device densified one minibatch at a time on the GPU (:mod:`._data`).
+:meth:`GPUMLPClassifier.as_sklearn` / :meth:`~GPUMLPClassifier.from_sklearn`
+convert to and from scikit-learn's estimator (:mod:`._interop`).
 """
 
 from __future__ import annotations
@@ -40,19 +46,22 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, column_or_1d
 
 from .._backend import (
     array_module,
-    check_memory,
     is_device_array,
     to_device,
     to_host,
 )
+from .._progress import Progress, family_logger
 from ..base import DeviceClassifierMixin, DeviceMixin
-from ._base import Layout, OptimizerState, Solver, TrainConfig, forward
+from . import _interop
+from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
+from ._data import CSRRows, check_X, host_rows, is_sparse, take_rows
 from ._mlp_cpu import CPUTrainer
 from ._mlp_cuda import CUDATrainer
+from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
 
@@ -67,6 +76,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     minibatch products are cuBLAS GEMMs and everything around them runs in our fused
     kernels; per-sample training (``batch_size=1``) with one hidden layer runs whole
     epochs in one persistent kernel, and otherwise uses our GEMV/GER kernels.
+
+    ``X`` may be NumPy, CuPy or SciPy/cupyx sparse (CSR or CSC).
 
     Parameters
     ----------
@@ -95,8 +106,12 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Seeds weight initialisation, shuffling and the early-stopping split.
     tol : float, default=1e-4
         Improvement below which an epoch counts as "no change".
-    verbose : bool, default=False
-        Print the loss of every epoch.
+    verbose : int or bool, default=0
+        Progress through the ``sknn_gpu.neural_network`` logger: ``1`` (or True) logs one
+        line per ``fit``/``partial_fit`` call (epochs run, time, final loss) and the
+        stopping message, and shows a progress bar on a terminal; ``2`` also logs every
+        epoch with its loss (and validation score with early stopping), the information
+        scikit-learn's MLP prints.
     warm_start : bool, default=False
         Start from the previous solution (the optimizer state is reset, as in
         scikit-learn).
@@ -160,6 +175,13 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     device_ : str
         ``'cpu'`` or ``'cuda'``.
 
+    Notes
+    -----
+    :meth:`as_sklearn` returns an equivalent fitted
+    :class:`~sklearn.neural_network.MLPClassifier` (same predictions) and
+    :meth:`from_sklearn` imports one; the optimizer state travels both ways, so
+    ``partial_fit`` continues where the other estimator stopped.
+
     See Also
     --------
     sklearn.neural_network.MLPClassifier : the reference implementation.
@@ -194,7 +216,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         "shuffle": ["boolean"],
         "random_state": ["random_state"],
         "tol": [Interval(Real, 0, None, closed="left")],
-        "verbose": ["verbose"],
+        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
         "warm_start": ["boolean"],
         "momentum": [Interval(Real, 0, 1, closed="both")],
         "nesterovs_momentum": ["boolean"],
@@ -224,7 +246,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         shuffle=True,
         random_state=None,
         tol=1e-4,
-        verbose=False,
+        verbose=0,
         warm_start=False,
         momentum=0.9,
         nesterovs_momentum=True,
@@ -266,22 +288,27 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ public API
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Fit the model to data ``X`` and labels ``y``.
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training data (NumPy or CuPy; sparse input is not supported).
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data: NumPy, CuPy, or a SciPy/cupyx sparse matrix (CSR or CSC).
         y : array-like of shape (n_samples,) or (n_samples, n_classes)
             Class labels, or a label-indicator matrix for multilabel problems.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights, as in scikit-learn's MLP: each sample's output error is
+            multiplied by its weight and each minibatch's gradients are divided by the
+            sum of its weights (instead of its size). None gives every sample weight 1.
+            Routed as fit metadata (``set_fit_request``).
 
         Returns
         -------
         self : GPUMLPClassifier
             The fitted estimator.
         """
-        return self._fit(X, y, incremental=False)
+        return self._fit(X, y, incremental=False, sample_weight=sample_weight)
 
     def _check_solver(self):
         if self.solver not in ("sgd", "adam"):
@@ -292,15 +319,18 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     @available_if(lambda est: est._check_solver())
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y, classes=None):
+    def partial_fit(self, X, y, sample_weight=None, classes=None):
         """One epoch over ``X, y`` (an incremental update).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Training data.
         y : array-like of shape (n_samples,) or (n_samples, n_classes)
             Labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights, as in :meth:`fit` (the argument order is scikit-learn's:
+            ``partial_fit(X, y, sample_weight=None, classes=None)``).
         classes : array-like of shape (n_classes,), default=None
             Every class that will ever be seen; required on the first call (except
             for multilabel indicator targets).
@@ -321,15 +351,15 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         except BaseException:
             self._restore(saved)
             raise
-        return self._fit(X, y, incremental=True, saved=saved)
+        return self._fit(X, y, incremental=True, sample_weight=sample_weight, saved=saved)
 
     def predict(self, X):
         """Predict class labels (or a label-indicator matrix for multilabel targets).
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Samples (NumPy or CuPy).
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples (NumPy, CuPy or sparse).
 
         Returns
         -------
@@ -344,8 +374,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Samples to score, NumPy or CuPy.
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples to score: NumPy, CuPy or sparse.
 
         Returns
         -------
@@ -362,7 +392,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
             The samples, as for :meth:`predict_proba`.
 
         Returns
@@ -373,39 +403,55 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         P = self.predict_proba(X)
         return array_module(P).log(P)
 
+    # ------------------------------------------------------------------ scikit-learn interop
+    def as_sklearn(self):
+        """An equivalent fitted :class:`sklearn.neural_network.MLPClassifier`.
+
+        The parameters scikit-learn knows, the weights (``coefs_``, ``intercepts_``,
+        NumPy copies), the labels, the loss history and the optimizer state are copied,
+        so its ``predict``/``predict_proba`` equal this estimator's CPU results (bit for
+        bit) and its ``partial_fit`` continues where this one stopped.
+
+        Returns
+        -------
+        mlp : sklearn.neural_network.MLPClassifier
+            A fitted copy sharing no array with this estimator.
+        """
+        check_is_fitted(self)
+        return _interop.to_sklearn(self)
+
+    @classmethod
+    def from_sklearn(cls, mlp, device="auto", **params):
+        """A GPUMLPClassifier fitted with the weights of a fitted scikit-learn MLPClassifier.
+
+        Parameters
+        ----------
+        mlp : sklearn.neural_network.MLPClassifier
+            A fitted estimator (any solver; ``'lbfgs'`` models predict, but only
+            scikit-learn can train them further).
+        device : {'auto', 'cpu', 'cuda'}, default='auto'
+            Where the new estimator predicts (and trains on ``partial_fit``); resolved
+            here, once, into ``device_``.
+        **params
+            Other parameters of the new estimator (``kernels``, ``output_type``).
+
+        Returns
+        -------
+        est : GPUMLPClassifier
+            A fitted estimator whose predictions equal ``mlp``'s (on the CPU, bit for
+            bit).
+        """
+        return _interop.from_sklearn(cls, mlp, device=device, **params)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_label = True
-        tags.input_tags.sparse = False
+        tags.input_tags.sparse = True
         return tags
 
     # ------------------------------------------------------------------ validation
-    def _check_X(self, X, reset, y="no_validation"):
-        """Validate X (and y); CuPy X is checked on the device and kept there."""
-        if is_device_array(X):
-            X = self._check_device_X(X, reset=reset, contiguous=True)
-            if isinstance(y, str) and y == "no_validation":
-                return X
-            if y is None:
-                raise ValueError("requires y to be passed, but the target y is None.")
-            y = to_host(y)
-            y = np.asarray(y)
-            if y.shape[0] != X.shape[0]:
-                raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]}.")
-            return X, y
-        if isinstance(y, str) and y == "no_validation":
-            return validate_data(self, X, dtype=(np.float64, np.float32), reset=reset)
-        return validate_data(
-            self,
-            X,
-            y if y is None else to_host(y),
-            multi_output=True,
-            dtype=(np.float64, np.float32),
-            reset=reset,
-        )
-
     def _validate_input(self, X, y, incremental, reset):
-        X, y = self._check_X(X, reset, y=y)
+        X, y = check_X(self, X, reset, y=y)
         if y.ndim == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)
         if (not hasattr(self, "classes_")) or (not self.warm_start and not incremental):
@@ -441,68 +487,36 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return [int(h) for h in sizes]
 
     # ------------------------------------------------------------------ sizes
-    def _check_size(self, phase, units, n_samples, dtype, *, x_on_device, batch_size=1, first_pass=False):
+    def _check_size(self, phase, units, n_samples, dtype, **data):
         """Refuse ``phase`` ('fit', 'partial_fit', 'predict') before allocating when it cannot fit.
 
-        The one size estimate of the estimator (:func:`_size_estimate`), from the network's
-        units, the number of samples and the parameters; host and device are checked
-        separately. Estimates below 64 MiB are not checked (reading the free memory would
-        cost more than such a call).
+        The one size estimate of the estimator (:func:`._size.size_estimate`), checked by
+        :func:`._size.check_size` (``data``: ``x_on_device``, ``batch_size``,
+        ``first_pass``, ``x_items``).
 
         Raises
         ------
         InsufficientMemoryError
             Naming the bytes needed and the bytes free.
         """
-        device = self.device_
-        predict = phase == "predict"
-        itemsize = np.dtype(dtype).itemsize
-        n_moments = (
-            0
-            if predict
-            else Solver.from_params(self.solver, self.momentum, self.nesterovs_momentum).n_moments
-        )
-        host, dev = _size_estimate(
-            units,
-            n_samples,
-            itemsize,
-            phase="predict" if predict else "fit",
-            device=device,
-            n_moments=n_moments,
-            batch_size=batch_size,
-            early_stopping=self.early_stopping,
-            shuffle=self.shuffle,
-            first_pass=first_pass,
-            x_on_device=x_on_device,
-        )
-        if host < _CHECK_FROM and dev < _CHECK_FROM:
-            return
-        n_params = sum(a * b + b for a, b in zip(units[:-1], units[1:]))
-        what = (
-            f"GPUMLPClassifier.{phase} with layer sizes {units} ({n_params:,} parameters, "
-            f"{n_samples:,} samples, {np.dtype(dtype).name})"
-        )
-        if host >= _CHECK_FROM:
-            check_memory(host, "cpu", what=what)
-        if dev >= _CHECK_FROM:
-            check_memory(dev, device, what=what)
+        check_size(self, phase, units, n_samples, dtype, **data)
 
     # ------------------------------------------------------------------ training
     def _restore(self, saved):
         self.__dict__.clear()
         self.__dict__.update(saved)
 
-    def _fit(self, X, y, incremental, saved=None):
+    def _fit(self, X, y, incremental, sample_weight=None, saved=None):
         saved = self.__dict__.copy() if saved is None else saved
         try:  # validation and the size check: a refused call leaves the estimator as it was
-            X, Y, units, first_pass = self._prepare_fit(X, y, incremental)
+            X, Y, sample_weight, units, first_pass = self._prepare_fit(X, y, sample_weight, incremental)
         except BaseException:
             self._restore(saved)
             raise
         self._random_state = check_random_state(self.random_state)
         if first_pass:
             self._initialize(Y, units, X.dtype)
-        self._fit_stochastic(X, Y, units, incremental)
+        self._fit_stochastic(X, Y, sample_weight, units, incremental)
         if not all(np.isfinite(w).all() for w in self.coefs_ + self.intercepts_):
             raise ValueError(
                 "Solver produced non-finite parameter weights. The input data may contain large "
@@ -510,8 +524,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             )
         return self
 
-    def _prepare_fit(self, X, y, incremental):
-        """Validate the call and check its size; returns ``(X, Y, units, first_pass)``."""
+    def _prepare_fit(self, X, y, sample_weight, incremental):
+        """Validate the call and check its size; returns ``(X, Y, sample_weight, units, first_pass)``."""
         if self.solver == "lbfgs":
             raise ValueError(
                 "GPUMLPClassifier supports solver='sgd' and solver='adam' only: full-batch "
@@ -527,6 +541,10 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         X, Y = self._validate_input(X, y, incremental, reset=first_pass)
         n_samples, n_features = X.shape
         dtype = X.dtype
+        if sample_weight is not None:  # scikit-learn's check, on the host (n values)
+            sample_weight = _check_sample_weight(to_host(sample_weight), host_rows(X))
+            if self._batch_size(n_samples, warn=False) == 1:  # every sample is a minibatch: known now
+                check_batch_weights(sample_weight, 1)
         Y = np.asarray(Y, dtype=dtype)
         if Y.ndim == 1:
             Y = Y.reshape(-1, 1)
@@ -542,16 +560,18 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                 raise ValueError(
                     f"X has dtype {dtype} but the model was fitted on {self.coefs_[0].dtype} data."
                 )
+        sparse = is_sparse(X)
         self._check_size(
             "partial_fit" if incremental else "fit",
             units,
             n_samples,
             dtype,
-            x_on_device=is_device_array(X),
+            x_on_device=is_device_array(X) and not sparse,
             batch_size=self._batch_size(n_samples, warn=False),
             first_pass=first_pass,
+            x_items=sparse_items(X) if sparse else None,
         )
-        return X, Y, units, first_pass
+        return X, Y, sample_weight, units, first_pass
 
     def _batch_size(self, n_samples, warn=True):
         if self.batch_size == "auto":
@@ -589,9 +609,13 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self.validation_scores_ = None
             self.best_validation_score_ = None
 
-    def _fit_stochastic(self, X, Y, units, incremental):
+    def _fit_stochastic(self, X, Y, sample_weight, units, incremental):
         layout = Layout(units)
         dtype = X.dtype
+        device = self.device_
+        sparse = is_sparse(X)
+        if sparse:  # SciPy CSR for the CPU trainer, CSR rows on the device for the CUDA one
+            X = CSRRows.of(X, device, dtype) if device == "cuda" else to_host(X).tocsr()
         if not incremental or not hasattr(self, "_optimizer"):
             solver = Solver.from_params(self.solver, self.momentum, self.nesterovs_momentum)
             self._optimizer = OptimizerState.new(solver, self.learning_rate_init, layout.size, dtype)
@@ -608,24 +632,35 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                     "The validation set is too small. Increase 'validation_fraction' or the size of "
                     "your dataset."
                 )
-            on_device = is_device_array(X)  # index a CuPy X with device indices
-            X_val = X[to_device(idx_val, "cuda") if on_device else idx_val]
+            X_val = take_rows(X, idx_val)
             y_val = self._label_binarizer.inverse_transform(Y[idx_val])
-            X = X[to_device(idx_train, "cuda") if on_device else idx_train]
+            X = take_rows(X, idx_train)
             Y = Y[idx_train]
+            if sample_weight is not None:
+                sw_val, sample_weight = sample_weight[idx_val], sample_weight[idx_train]
+            else:
+                sw_val = None
         else:
-            X_val = y_val = None
+            X_val = y_val = sw_val = None
         n_samples = X.shape[0]
         batch_size = self._batch_size(n_samples)
 
-        device = self.device_
-        Xd = to_device(np.ascontiguousarray(X) if isinstance(X, np.ndarray) else X, device)
+        if sparse:
+            Xd = X
+        else:
+            Xd = to_device(np.ascontiguousarray(X) if isinstance(X, np.ndarray) else X, device)
         Yd = to_device(np.ascontiguousarray(Y), device)
         config = TrainConfig.of(self)
-        trainer = _TRAINERS[device](layout, config, self.coefs_, self.intercepts_, opt, batch_size)
+        trainer = _TRAINERS[device](
+            layout, config, self.coefs_, self.intercepts_, opt, batch_size, sample_weight, sparse
+        )
         best = layout.pack(self._best_coefs, self._best_intercepts, device) if early_stopping else None
 
         sample_idx = np.arange(n_samples, dtype=np.int64)
+        call = "partial_fit" if incremental else "fit"
+        bar = Progress(
+            self, f"{type(self).__name__}.{call}", 1 if incremental else self.max_iter, self.verbose, "epochs"
+        )
         try:
             self.n_iter_ = 0
             for _ in range(self.max_iter):
@@ -637,13 +672,10 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                 self.loss_ = total / n_samples
                 self.t_ += n_samples
                 self.loss_curve_.append(self.loss_)
-                if self.verbose:
-                    print(f"Iteration {self.n_iter_}, loss = {self.loss_:.8f}")
                 if early_stopping:
-                    score = self._val_score(trainer, X_val, y_val)
+                    score = self._val_score(trainer, X_val, y_val, sw_val)
                     self.validation_scores_.append(score)
-                    if self.verbose:
-                        print(f"Validation score: {score:f}")
+                    bar.update(loss=self.loss_, validation_score=score)
                     if score < self.best_validation_score_ + self.tol:
                         self._no_improvement_count += 1
                     else:
@@ -652,6 +684,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                         self.best_validation_score_ = score
                         best[...] = trainer.flat
                 else:
+                    bar.update(loss=self.loss_)
                     if self.loss_curve_[-1] > self.best_loss_ - self.tol:
                         self._no_improvement_count += 1
                     else:
@@ -679,6 +712,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                     )
         except KeyboardInterrupt:
             warnings.warn("Training interrupted by user.")
+        finally:
+            bar.close(**({"loss": self.loss_} if self.n_iter_ else {}))
 
         # back to the host: the public attributes are NumPy arrays
         self.coefs_, self.intercepts_ = layout.unpack(trainer.flat)
@@ -689,37 +724,54 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self.intercepts_ = [i.copy() for i in self._best_intercepts]
 
     def _trigger_stopping(self, opt, msg):
+        """scikit-learn's stopping rule; its messages go to the family logger when verbose."""
         if opt.solver == Solver.ADAM or self.learning_rate != "adaptive":
-            if self.verbose:
-                print(msg + " Stopping.")
+            self._log(msg + " Stopping.")
             return True
         if opt.lr <= 1e-6:
-            if self.verbose:
-                print(msg + " Learning rate too small. Stopping.")
+            self._log(msg + " Learning rate too small. Stopping.")
             return True
         opt.lr /= 5.0
-        if self.verbose:
-            print(msg + f" Setting learning rate to {opt.lr:f}")
+        self._log(msg + f" Setting learning rate to {opt.lr:f}")
         return False
 
-    def _val_score(self, trainer, X_val, y_val):
+    def _log(self, message):
+        if self.verbose:
+            family_logger(self).info("%s", message)
+
+    def _val_score(self, trainer, X_val, y_val, sample_weight=None):
         P = trainer.output(X_val)
         if not np.isfinite(P).all():
             return np.nan
-        return accuracy_score(y_val, self._labels_from_output(P))
+        return accuracy_score(y_val, self._labels_from_output(P), sample_weight=sample_weight)
 
     # ------------------------------------------------------------------ prediction
     def _forward(self, X):
         """Output-layer activations of ``X`` on ``device_`` (NumPy or CuPy)."""
         check_is_fitted(self)
-        X = self._check_X(X, reset=False)
+        X = check_X(self, X, reset=False)
         dtype = self.coefs_[0].dtype
         units = [self.n_features_in_] + [c.shape[1] for c in self.coefs_]
-        self._check_size("predict", units, X.shape[0], dtype, x_on_device=is_device_array(X))
-        if self.device_ == "cuda":  # coefs_ are NumPy by contract: a cached device copy
-            coefs, inters = self._device_copy("coefs_"), self._device_copy("intercepts_")
-        else:
-            coefs, inters = self.coefs_, self.intercepts_
+        sparse = is_sparse(X)
+        n, n_in = X.shape
+        rows = min(n, max(1, DENSE_ITEMS // n_in))  # sparse on the GPU: rows densified at a time
+        self._check_size(
+            "predict",
+            units,
+            n,
+            dtype,
+            x_on_device=is_device_array(X) and not sparse,
+            x_items=(sparse_items(X) + (rows * n_in if self.device_ == "cuda" else 0)) if sparse else None,
+        )
+        # coefs_ are NumPy by contract: a cached device copy on the GPU (as they are on the CPU)
+        coefs, inters = self._device_copy("coefs_"), self._device_copy("intercepts_")
+        if sparse and self.device_ == "cuda":
+            Xc = CSRRows.of(X, "cuda", dtype)
+            parts = [
+                forward(Xc.dense(s, min(s + rows, n)), coefs, inters, self.activation, self.out_activation_)
+                for s in range(0, n, rows)
+            ]
+            return parts[0] if len(parts) == 1 else self._xp.concatenate(parts)
         X = to_device(X, self.device_)
         if X.dtype != dtype:
             X = X.astype(dtype)
@@ -733,56 +785,3 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
 #: the trainer of each resolved device: the one place the MLP picks its engine
 _TRAINERS = {"cpu": CPUTrainer, "cuda": CUDATrainer}
-#: estimates below this many bytes are not checked against the free memory
-_CHECK_FROM = 64 << 20
-
-
-def _size_estimate(
-    units,
-    n_samples,
-    itemsize,
-    *,
-    phase,
-    device,
-    n_moments=0,
-    batch_size=1,
-    early_stopping=False,
-    shuffle=True,
-    first_pass=True,
-    x_on_device=False,
-):
-    """Bytes ``(host, device)`` that one fit/partial_fit (``phase='fit'``) or predict call allocates.
-
-    Counted from the network's ``units`` (input and output included), the number of
-    samples and the parameters, before anything is allocated. With ``device='cpu'``
-    everything is on the host and the device figure is 0.
-
-    * fit, on the trainer's device: parameters, gradient, the optimizer's
-      ``n_moments`` moments and the best parameters (early stopping); on the CPU the
-      temporaries of the vectorised update; the data (and on the GPU its per-epoch
-      shuffled copy); per minibatch the activations and deltas. On the host also: the
-      initial weights and their copy (first fit), the optimizer state kept between
-      calls, the results copied back, the float targets.
-    * predict: the data moved to the device (or cast), two layers of activations at a
-      time, and on the GPU the device copy of the weights.
-    """
-    P = sum(a * b + b for a, b in zip(units[:-1], units[1:]))
-    n, n_in, n_out = n_samples, units[0], units[-1]
-    cuda = device == "cuda"
-    if phase == "predict":
-        work = (0 if x_on_device else n * n_in) + 2 * n * max(units) + (P if cuda else 0)
-        host_only = n * n_out if cuda else 0
-    else:
-        batch = min(batch_size, n)
-        work = (2 + n_moments + int(early_stopping)) * P
-        work += 0 if cuda else 3 * P
-        work += n * n_out + (n * n_in if cuda and not x_on_device else 0)
-        work += n * (n_in + n_out) if cuda and shuffle else (0 if cuda else batch * (n_in + n_out))
-        work += batch * (3 * sum(units) + max(units))
-        host_only = (
-            (3 * P if first_pass else 0) + n_moments * P + (4 if early_stopping else 2) * P + n * n_out
-        )
-        host_only += n * n_in if early_stopping else 0
-    if cuda:
-        return host_only * itemsize, work * itemsize
-    return (host_only + work) * itemsize, 0

@@ -2,11 +2,14 @@
 
 BLAS GEMMs for the products and vectorised NumPy for everything around them; the
 optimizer step is the same arithmetic as ``params_update`` in ``_kernels/mlp.cu``.
+SciPy sparse minibatches are multiplied as scikit-learn does (``X_batch @ W``,
+``X_batch.T @ delta``).
 """
 
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from ._base import Solver, Trainer, activation_grad, hidden_activation, log_loss, output_activation
 
@@ -22,26 +25,38 @@ class CPUTrainer(Trainer):
         return np.zeros(2)  # [summed log-loss, summed squared coefficients]
 
     def _epoch_data(self, X, Y, order):
-        return X, Y, order  # gathered per minibatch
+        return X, Y, self.sw, order  # gathered per minibatch
 
     def _matmul(self, A, B):
-        return np.matmul(A, B)
+        return A @ B  # np.matmul, or sparse @ dense for the input layer of sparse data
 
     def _outer_into(self, a_col, D, G):
         """``G = a_col.T @ D``."""
+        if sp.issparse(a_col):  # the input layer of sparse data
+            G[...] = a_col.T @ D
+            return G
         return np.matmul(a_col.T, D, out=G)
 
     def _bias_act(self, Z, b):
         Z += b
         hidden_activation(Z, self.config.activation)
 
-    def _out_delta(self, Z, b, Yb, acc):
-        """Output activation, loss into ``acc[0]``, then ``Z`` becomes the output delta."""
+    def _out_delta(self, Z, b, Yb, acc, wb=None, scale=None):
+        """Output activation, loss into ``acc[0]``, then ``Z`` becomes the output delta.
+
+        With sample weights ``wb``: the weighted loss times ``scale`` and the delta times
+        each row's weight.
+        """
         out = self.config.out_activation
         Z += b
         output_activation(Z, out)
-        acc[0] += log_loss(Z, Yb, out)
+        if wb is None:
+            acc[0] += log_loss(Z, Yb, out)
+            Z -= Yb
+            return
+        acc[0] += scale * log_loss(Z, Yb, out, wb)
         Z -= Yb
+        Z *= wb.reshape(-1, 1)
 
     def _colsum(self, D, out):
         D.sum(axis=0, out=out)
@@ -49,15 +64,20 @@ class CPUTrainer(Trainer):
     def _act_deriv(self, D, H):
         activation_grad(D, H, self.config.activation)
 
-    def _update(self, opt, B, acc):
-        """One optimizer step over the flat buffer: the arithmetic of ``params_update``."""
+    def _update(self, opt, B, acc, scale=None):
+        """One optimizer step over the flat buffer: the arithmetic of ``params_update``.
+
+        ``B`` divides the gradients (the batch size, or its weight sum); ``scale`` (None:
+        1) multiplies the L2 term added to the loss.
+        """
         lr = self._next_lr(opt)
         cfg = self.config
         T = self.dtype.type
         W, G = self.flat, self.grad
         nc = self.layout.n_coef
         inv_b = 1.0 / B
-        acc[1] += float(np.dot(W[:nc], W[:nc]))
+        sq = float(np.dot(W[:nc], W[:nc]))
+        acc[1] += sq if scale is None else scale * sq
         g = G * T(inv_b)
         g[:nc] += T(self.alpha * inv_b) * W[:nc]
         solver = opt.solver

@@ -6,7 +6,12 @@
   launch);
 * ``kernels='custom'`` with single-sample products: our GEMV/GER (:mod:`sknn_gpu.linalg`);
 * ``batch_size=1`` with one hidden layer and ``kernels='custom'``: the persistent kernel
-  ``mlp_sgd1`` trains a chunk of samples in one launch (one grid barrier per sample).
+  ``mlp_sgd1`` trains a chunk of samples in one launch (one grid barrier per sample);
+  not with sample weights or sparse data, which take the per-step path;
+* sample weights: ``out_delta_w`` (the output delta times each row's weight, the
+  weighted loss), the same ``params_update`` with the weight sum as divisor;
+* sparse data: CSR on the device (:class:`~._data.CSRRows`), each minibatch densified
+  there and then trained like dense data.
 
 Same update rules and parameter layout as the CPU trainer (``_mlp_cpu``), the reference.
 """
@@ -19,6 +24,7 @@ from .._backend import device_limits
 from .._kernels import check_barrier_error, get_function
 from ..linalg import gemv, ger
 from ._base import Solver, Trainer
+from ._data import CSRRows
 
 __all__ = ["CUDATrainer"]
 
@@ -39,14 +45,15 @@ class CUDATrainer(Trainer):
 
     device = "cuda"
 
-    def __init__(self, layout, config, coefs, intercepts, opt, batch_size):
-        super().__init__(layout, config, coefs, intercepts, opt, batch_size)
+    def __init__(self, layout, config, coefs, intercepts, opt, batch_size, sample_weight=None, sparse=False):
+        super().__init__(layout, config, coefs, intercepts, opt, batch_size, sample_weight, sparse)
         xp = self.xp
         self.custom = config.kernels == "custom"
         self._acc = xp.zeros(2, dtype=np.float64)  # [summed log-loss, summed squared coefficients]
         self._ones = xp.ones(batch_size, dtype=self.dtype)
         self.fused_plan = None
-        if self.custom and batch_size == 1 and len(layout.units) == 3:
+        per_step_only = sample_weight is not None or sparse  # the fused kernel reads dense, unweighted rows
+        if self.custom and batch_size == 1 and len(layout.units) == 3 and not per_step_only:
             self.fused_plan = self._plan_fused()
         self.fused = self.fused_plan is not None
         # the kernels of this call, from the memoized loader
@@ -57,6 +64,9 @@ class CUDATrainer(Trainer):
             return
         self._k_out_delta = get_function("mlp", f"out_delta<{ct},{o}>")
         self._k_update = get_function("mlp", f"params_update<{ct},{s}>")
+        if sample_weight is not None:
+            self._k_out_delta_w = get_function("mlp", f"out_delta_w<{ct},{o}>")
+            self._sumsq = xp.zeros(1, dtype=np.float64)  # one update's sum of squares, then scaled
         if len(layout.units) > 2:
             self._k_bias_act = get_function("mlp", f"bias_act<{ct},{a}>")
             self._k_act_deriv = get_function("mlp", f"act_deriv<{ct},{a}>")
@@ -87,13 +97,21 @@ class CUDATrainer(Trainer):
         self._acc.fill(0)
         return self._acc
 
+    def _device_weights(self, sample_weight):
+        """The sample weights on the device, in the parameters' dtype (what ``out_delta_w`` reads)."""
+        return self.xp.asarray(sample_weight, dtype=self.dtype)
+
     def _epoch_data(self, X, Y, order):
         """One gather per epoch, then the minibatches are contiguous slices."""
+        sw = self.sw
         if order is not None:
             xp = self.xp
             order_d = xp.asarray(order)
-            X, Y = xp.take(X, order_d, axis=0), xp.take(Y, order_d, axis=0)
-        return X, Y, None
+            X = X.take(order_d) if isinstance(X, CSRRows) else xp.take(X, order_d, axis=0)
+            Y = xp.take(Y, order_d, axis=0)
+            if sw is not None:
+                sw = xp.take(sw, order_d)
+        return X, Y, sw, None
 
     # -------------------------------------------------------------- one step
     def _matmul(self, A, B):
@@ -119,9 +137,16 @@ class CUDATrainer(Trainer):
         rows, cols = Z.shape
         self._k_bias_act((_elementwise_grid(Z.size),), (256,), (Z, b, np.int64(rows), np.int64(cols)))
 
-    def _out_delta(self, Z, b, Yb, acc):
+    def _out_delta(self, Z, b, Yb, acc, wb=None, scale=None):
         rows, cols = Z.shape
-        self._k_out_delta((-(-rows // 256),), (256,), (Z, b, Yb, np.int64(rows), np.int32(cols), acc))
+        if wb is None:
+            self._k_out_delta((-(-rows // 256),), (256,), (Z, b, Yb, np.int64(rows), np.int32(cols), acc))
+            return
+        self._k_out_delta_w(
+            (-(-rows // 256),),
+            (256,),
+            (Z, b, Yb, wb, np.int64(rows), np.int32(cols), np.float64(scale), acc),
+        )
 
     def _colsum(self, D, out):
         # column sums as one GEMV (D.T @ 1): fewer launches than a CuPy reduction
@@ -130,7 +155,9 @@ class CUDATrainer(Trainer):
     def _act_deriv(self, D, H):
         self._k_act_deriv((_elementwise_grid(D.size),), (256,), (D, H, np.int64(D.size)))
 
-    def _update(self, opt, B, acc):
+    def _update(self, opt, B, acc, scale=None):
+        """The optimizer step (``params_update``); ``B`` divides the gradients, ``scale``
+        (None: 1) multiplies the L2 term added to the loss."""
         lr = self._next_lr(opt)
         cfg = self.config
         W, G = self.flat, self.grad
@@ -156,9 +183,12 @@ class CUDATrainer(Trainer):
                 scal(cfg.beta_1),
                 scal(cfg.beta_2),
                 scal(cfg.epsilon),
-                acc[1:],
+                acc[1:] if scale is None else self._sumsq,
             ),
         )
+        if scale is not None:  # the batch's squared weights count B / sum(weights) times
+            acc[1:] += self._sumsq * np.float64(scale)
+            self._sumsq.fill(0)
 
     # -------------------------------------------------------------- fused per-sample
     def _epoch_fused(self, Xd, Yd, order, opt):

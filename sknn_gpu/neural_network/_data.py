@@ -1,0 +1,179 @@
+"""The forms the data of GPUMLPClassifier takes: validation, row indexing, sparse rows on the GPU.
+
+:func:`check_X` validates ``X`` (and ``y``) in every form the estimator accepts: NumPy
+and SciPy sparse through scikit-learn's ``validate_data``, CuPy (dense or cupyx sparse)
+on the device. :func:`take_rows` indexes rows of
+any form the training data takes.
+
+Sparse (CSR) training data for the CUDA trainer: rows kept sparse, densified per minibatch.
+
+scikit-learn's MLP multiplies a SciPy CSR minibatch by the weights (``X_batch @ W`` and
+``X_batch.T @ delta``); the CPU trainer does exactly that. On the GPU the data stays in
+CSR form on the device (values, column indices, row pointers, and the row of every
+stored value) and each minibatch is scattered into a dense ``(batch, n_features)``
+block, which then goes through the same GEMMs and fused kernels as dense data. Only one
+minibatch is ever dense, so the device holds ``nnz`` values plus one dense block.
+
+Everything here is written against the array module of the arrays it holds, so the
+same code runs (and is tested) on NumPy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+from sklearn.utils.validation import validate_data
+
+from .._backend import array_module, get_xp, is_cupy_sparse, is_device_array, to_device, to_host
+
+__all__ = ["CSRRows", "check_X", "host_rows", "is_sparse", "take_rows"]
+
+
+def check_X(est, X, reset, y="no_validation"):
+    """Validate X (and y) for the estimator ``est``; CuPy X is checked on the device and kept there.
+
+    Sparse X (SciPy or cupyx; CSR, CSC or anything SciPy converts) is accepted as in
+    scikit-learn.
+
+    Parameters
+    ----------
+    est : GPUMLPClassifier
+        The estimator (``n_features_in_`` is set on ``reset`` and compared otherwise).
+    X : array-like or sparse matrix of shape (n_samples, n_features)
+        The data.
+    reset : bool
+        Whether this is a first fit.
+    y : array-like or None, default="no_validation"
+        Targets to validate with ``X`` (the default validates ``X`` alone).
+
+    Returns
+    -------
+    X or (X, y)
+        ``X`` float32/float64 (NumPy, SciPy sparse, CuPy or cupyx sparse); ``y`` on the host.
+    """
+    if is_device_array(X):
+        X = est._check_device_X(X, reset=reset, accept_sparse=True, contiguous=True)
+        if is_cupy_sparse(X) and X.dtype.kind != "f":
+            X = X.astype(np.float64)
+        if isinstance(y, str) and y == "no_validation":
+            return X
+        if y is None:
+            raise ValueError("requires y to be passed, but the target y is None.")
+        y = np.asarray(to_host(y))
+        if y.shape[0] != X.shape[0]:
+            raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]}.")
+        return X, y
+    kw = dict(accept_sparse=["csr", "csc"], dtype=(np.float64, np.float32), reset=reset)
+    if isinstance(y, str) and y == "no_validation":
+        return validate_data(est, X, **kw)
+    return validate_data(est, X, y if y is None else to_host(y), multi_output=True, **kw)
+
+
+def host_rows(X):
+    """A host stand-in with X's number of rows, for scikit-learn's sample-weight check."""
+    return np.empty((X.shape[0], 0)) if is_device_array(X) else X
+
+
+def is_sparse(X):
+    """SciPy or cupyx sparse."""
+    return sp.issparse(X) or is_cupy_sparse(X)
+
+
+def take_rows(X, idx):
+    """Rows ``idx`` (host indices) of NumPy, CuPy, SciPy sparse or :class:`CSRRows` data."""
+    if isinstance(X, CSRRows):
+        return X.take(idx)
+    if is_device_array(X):
+        return X[to_device(idx, "cuda")]
+    return X[idx]
+
+
+class CSRRows:
+    """A CSR matrix on one device whose row blocks are densified on demand.
+
+    Parameters
+    ----------
+    data : ndarray of shape (nnz,)
+        Stored values (float32 or float64), row by row.
+    indices : ndarray of shape (nnz,)
+        Column of every stored value (duplicates are summed when densified).
+    indptr : ndarray of shape (n_rows + 1,), int64
+        Row pointers.
+    n_cols : int
+        Number of columns.
+    bounds : ndarray of shape (n_rows + 1,), int64, optional
+        ``indptr`` on the host (computed when not given).
+    row_of : ndarray of shape (nnz,), int64, optional
+        The row of every stored value (computed when not given).
+    """
+
+    def __init__(self, data, indices, indptr, n_cols, bounds=None, row_of=None):
+        self.data, self.indices, self.indptr = data, indices, indptr
+        self.bounds = np.asarray(to_host(indptr), dtype=np.int64) if bounds is None else bounds
+        self.shape = (int(self.bounds.shape[0]) - 1, int(n_cols))
+        self.dtype = data.dtype
+        # the row of every stored value: one search per matrix, not per minibatch
+        self.row_of = _rows_of(indptr, data.shape[0]) if row_of is None else row_of
+
+    @classmethod
+    def of(cls, X, device, dtype):
+        """``X`` (SciPy or cupyx sparse, any format) as CSR rows of ``dtype`` on ``device``."""
+        if is_cupy_sparse(X) and device == "cpu":
+            X = to_host(X)
+        X = X.tocsr()
+        xp = get_xp(device)
+        indptr = xp.asarray(X.indptr, dtype=np.int64)
+        return cls(
+            xp.asarray(X.data, dtype=dtype),
+            xp.asarray(X.indices, dtype=np.int64),
+            indptr,
+            X.shape[1],
+            bounds=np.asarray(to_host(X.indptr), dtype=np.int64),
+        )
+
+    @property
+    def nnz(self):
+        """Number of stored values."""
+        return int(self.data.shape[0])
+
+    def take(self, rows):
+        """A new CSRRows holding ``rows`` (an index array on this device) in that order."""
+        xp = array_module(self.data)
+        rows = xp.asarray(rows, dtype=np.int64)
+        starts = self.indptr[rows]
+        lengths = self.indptr[rows + 1] - starts
+        indptr = xp.concatenate([xp.zeros(1, dtype=np.int64), xp.cumsum(lengths)])
+        bounds = np.asarray(to_host(indptr), dtype=np.int64)  # one transfer per gather
+        nnz = int(bounds[-1])
+        new_row = _rows_of(indptr, nnz)
+        source = starts[new_row] + (xp.arange(nnz, dtype=np.int64) - indptr[new_row])
+        return CSRRows(
+            self.data[source], self.indices[source], indptr, self.shape[1], bounds=bounds, row_of=new_row
+        )
+
+    def dense(self, start, stop):
+        """Rows ``start:stop`` as a dense C-contiguous array (duplicates summed)."""
+        xp = array_module(self.data)
+        lo, hi = int(self.bounds[start]), int(self.bounds[stop])
+        out = xp.zeros((stop - start, self.shape[1]), dtype=self.dtype)
+        if hi > lo:  # one flat index per stored value (a tuple of index arrays is not portable to CuPy)
+            flat = (self.row_of[lo:hi] - start) * self.shape[1] + self.indices[lo:hi]
+            xp.add.at(out.reshape(-1), flat, self.data[lo:hi])
+        return out
+
+    def toarray(self):
+        """Every row as a dense array."""
+        return self.dense(0, self.shape[0])
+
+    def __getitem__(self, key):
+        """``X[start:stop]``: a contiguous block of rows, dense (what a minibatch needs)."""
+        if not isinstance(key, slice) or key.step not in (None, 1):
+            raise TypeError("CSRRows supports contiguous row slices only; use take() for index arrays.")
+        start, stop, _ = key.indices(self.shape[0])
+        return self.dense(start, max(start, stop))
+
+
+def _rows_of(indptr, nnz):
+    """Row of each of the ``nnz`` stored values of a CSR matrix with row pointers ``indptr``."""
+    xp = array_module(indptr)
+    return xp.searchsorted(indptr, xp.arange(nnz, dtype=np.int64), side="right") - 1
