@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+from sklearn.model_selection import train_test_split
 from sklearn.utils.validation import validate_data
 
 from .._backend import array_module, get_xp, is_cupy_sparse, is_device_array, to_device, to_host
 
-__all__ = ["CSRRows", "check_X", "host_rows", "is_sparse", "take_rows"]
+__all__ = ["CSRRows", "check_X", "host_rows", "is_sparse", "take_rows", "validation_split"]
 
 
 def check_X(est, X, reset, y="no_validation"):
@@ -86,6 +87,37 @@ def take_rows(X, idx):
     if is_device_array(X):
         return X[to_device(idx, "cuda")]
     return X[idx]
+
+
+def validation_split(X, Y, sample_weight, test_size, random_state, stratify):
+    """scikit-learn's early-stopping split of the training rows, for data in any form.
+
+    The same draw as ``train_test_split(X, y, sample_weight, ...)`` in scikit-learn's MLP
+    (the split depends only on the number of rows, ``test_size``, ``random_state`` and
+    ``stratify``); the rows are taken with :func:`take_rows`.
+
+    Returns
+    -------
+    train, validation : tuple of (X, Y, sample_weight)
+        ``sample_weight`` parts are None when it is None.
+
+    Raises
+    ------
+    ValueError
+        When fewer than two samples are held out.
+    """
+    idx_train, idx_val = train_test_split(
+        np.arange(X.shape[0]), random_state=random_state, test_size=test_size, stratify=stratify
+    )
+    if idx_val.shape[0] < 2:
+        raise ValueError(
+            "The validation set is too small. Increase 'validation_fraction' or the size of your dataset."
+        )
+
+    def part(idx):
+        return take_rows(X, idx), Y[idx], None if sample_weight is None else sample_weight[idx]
+
+    return part(idx_train), part(idx_val)
 
 
 class CSRRows:

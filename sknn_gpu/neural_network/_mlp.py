@@ -40,7 +40,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import accuracy_score
-from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import LabelBinarizer
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, Options, StrOptions
@@ -58,7 +57,7 @@ from .._progress import Progress, family_logger
 from ..base import DeviceClassifierMixin, DeviceMixin
 from . import _interop
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
-from ._data import CSRRows, check_X, host_rows, is_sparse, take_rows
+from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
 from ._mlp_cpu import CPUTrainer
 from ._mlp_cuda import CUDATrainer
 from ._size import DENSE_ITEMS, check_size, sparse_items
@@ -621,34 +620,18 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self._optimizer = OptimizerState.new(solver, self.learning_rate_init, layout.size, dtype)
         opt = self._optimizer
         early_stopping = self.early_stopping
-        if early_stopping:
+        if early_stopping:  # scikit-learn's split (stratified unless multilabel), on the data's device
             stratify = to_host(Y) if self.n_outputs_ == 1 else None
-            idx = np.arange(X.shape[0])
-            idx_train, idx_val = train_test_split(
-                idx, random_state=self._random_state, test_size=self.validation_fraction, stratify=stratify
+            (X, Y, sample_weight), (X_val, Y_val, sw_val) = validation_split(
+                X, Y, sample_weight, self.validation_fraction, self._random_state, stratify
             )
-            if idx_val.shape[0] < 2:
-                raise ValueError(
-                    "The validation set is too small. Increase 'validation_fraction' or the size of "
-                    "your dataset."
-                )
-            X_val = take_rows(X, idx_val)
-            y_val = self._label_binarizer.inverse_transform(Y[idx_val])
-            X = take_rows(X, idx_train)
-            Y = Y[idx_train]
-            if sample_weight is not None:
-                sw_val, sample_weight = sample_weight[idx_val], sample_weight[idx_train]
-            else:
-                sw_val = None
+            y_val = self._label_binarizer.inverse_transform(Y_val)
         else:
             X_val = y_val = sw_val = None
         n_samples = X.shape[0]
         batch_size = self._batch_size(n_samples)
 
-        if sparse:
-            Xd = X
-        else:
-            Xd = to_device(np.ascontiguousarray(X) if isinstance(X, np.ndarray) else X, device)
+        Xd = X if sparse else to_device(np.ascontiguousarray(X) if isinstance(X, np.ndarray) else X, device)
         Yd = to_device(np.ascontiguousarray(Y), device)
         config = TrainConfig.of(self)
         trainer = _TRAINERS[device](
