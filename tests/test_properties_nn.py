@@ -537,6 +537,7 @@ MLP_BAD = [
         ZeroDivisionError,
         r"samples 3\.\.3 .* summing to 0",
     ),
+    ("X-dask", lambda d: GPUMLPClassifier(device=d), "fit-dask", TypeError, "distributed prediction only"),
     ("X-sparse-nan", lambda d: GPUMLPClassifier(device=d), "fit-sparse-nan", ValueError, "NaN"),
 ]
 
@@ -569,6 +570,9 @@ def _mlp_call(est, what, xp, monkeypatch):
     }.get(what)
     if sw is not None:
         return est.fit(Xd, y, sample_weight=xp.asarray(sw))
+    if what == "fit-dask":
+        da = pytest.importorskip("dask.array")
+        return est.fit(da.from_array(X, chunks=(50, -1)), y)
     if what == "fit-sparse-nan":
         import scipy.sparse as sp
 

@@ -2,7 +2,7 @@
 
 :func:`check_X` validates ``X`` (and ``y``) in every form the estimator accepts: NumPy
 and SciPy sparse through scikit-learn's ``validate_data``, CuPy (dense or cupyx sparse)
-on the device. :func:`take_rows` indexes rows of
+on the device; Dask arrays are refused for training. :func:`take_rows` indexes rows of
 any form the training data takes.
 
 Sparse (CSR) training data for the CUDA trainer: rows kept sparse, densified per minibatch.
@@ -26,6 +26,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.utils.validation import validate_data
 
 from .._backend import array_module, get_xp, is_cupy_sparse, is_device_array, to_device, to_host
+from .._dask import is_dask_collection
 
 __all__ = ["CSRRows", "check_X", "host_rows", "is_sparse", "take_rows", "validation_split"]
 
@@ -34,7 +35,8 @@ def check_X(est, X, reset, y="no_validation"):
     """Validate X (and y) for the estimator ``est``; CuPy X is checked on the device and kept there.
 
     Sparse X (SciPy or cupyx; CSR, CSC or anything SciPy converts) is accepted as in
-    scikit-learn.
+    scikit-learn. Dask X is refused: only prediction is distributed (the estimator's
+    prediction methods take Dask arrays before they get here).
 
     Parameters
     ----------
@@ -52,6 +54,12 @@ def check_X(est, X, reset, y="no_validation"):
     X or (X, y)
         ``X`` float32/float64 (NumPy, SciPy sparse, CuPy or cupyx sparse); ``y`` on the host.
     """
+    if is_dask_collection(X):
+        raise TypeError(
+            f"{type(est).__name__} trains on in-memory data only (distributed prediction only: "
+            "predict, predict_proba, predict_log_proba and score take Dask arrays). Pass "
+            "X.compute() to fit or partial_fit."
+        )
     if is_device_array(X):
         X = est._check_device_X(X, reset=reset, accept_sparse=True, contiguous=True)
         if is_cupy_sparse(X) and X.dtype.kind != "f":

@@ -26,8 +26,9 @@ allocated.
 
 Sample weights follow scikit-learn 1.9's MLP (weighted deltas, gradients divided by the
 minibatch's weight sum). Sparse ``X`` is SciPy CSR on the CPU, as in scikit-learn, and
-CSR on the device densified one minibatch at a time on the GPU (:mod:`._data`).
-:meth:`GPUMLPClassifier.as_sklearn` / :meth:`~GPUMLPClassifier.from_sklearn`
+CSR on the device densified one minibatch at a time on the GPU (:mod:`._data`). Dask
+arrays are predicted block by block (:func:`sknn_gpu._dask.dask_rows`); training is in
+memory. :meth:`GPUMLPClassifier.as_sklearn` / :meth:`~GPUMLPClassifier.from_sklearn`
 convert to and from scikit-learn's estimator (:mod:`._interop`).
 """
 
@@ -53,6 +54,7 @@ from .._backend import (
     to_device,
     to_host,
 )
+from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress, family_logger
 from ..base import DeviceClassifierMixin, DeviceMixin
 from . import _interop
@@ -63,6 +65,21 @@ from ._mlp_cuda import CUDATrainer
 from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
+
+
+# ---------------------------------------------------------------------------- Dask shapes
+def _label_shape(est, X):
+    """Shape and dtype of one sample's labels (the ``meta`` of a Dask ``predict``)."""
+    check_is_fitted(est)
+    if est._label_binarizer.y_type_.startswith("multilabel"):
+        return (est.n_outputs_,), np.dtype(int)  # LabelBinarizer's indicator rows
+    return (), est.classes_.dtype
+
+
+def _proba_shape(est, X):
+    """Shape and dtype of one sample's probabilities (Dask ``predict_proba``)."""
+    check_is_fitted(est)
+    return (est.n_outputs_ if est.n_outputs_ > 1 else 2,), est.coefs_[0].dtype
 
 
 # ---------------------------------------------------------------------------- estimator
@@ -76,7 +93,9 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     kernels; per-sample training (``batch_size=1``) with one hidden layer runs whole
     epochs in one persistent kernel, and otherwise uses our GEMV/GER kernels.
 
-    ``X`` may be NumPy, CuPy or SciPy/cupyx sparse (CSR or CSC).
+    ``X`` may be NumPy, CuPy, SciPy/cupyx sparse (CSR or CSC), or, for prediction and
+    ``score``, a Dask array chunked by rows (a lazy Dask array comes back; training
+    takes in-memory data).
 
     Parameters
     ----------
@@ -352,29 +371,32 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             raise
         return self._fit(X, y, incremental=True, sample_weight=sample_weight, saved=saved)
 
+    @dask_rows(_label_shape)
     def predict(self, X):
         """Predict class labels (or a label-indicator matrix for multilabel targets).
 
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Samples (NumPy, CuPy or sparse).
+            Samples (NumPy, CuPy, sparse, or a Dask array chunked by rows).
 
         Returns
         -------
         y : ndarray of shape (n_samples,) or (n_samples, n_classes)
-            Predicted labels, the same array type as ``X``.
+            Predicted labels, the same array type as ``X`` (a lazy Dask array for Dask
+            input).
         """
         labels = self._labels_from_output(to_host(self._forward(X)))
         return self._output(labels, X)
 
+    @dask_rows(_proba_shape)
     def predict_proba(self, X):
         """Class probabilities.
 
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Samples to score: NumPy, CuPy or sparse.
+            Samples to score: NumPy, CuPy, sparse, or a Dask array chunked by rows.
 
         Returns
         -------
@@ -386,6 +408,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             P = array_module(P).concatenate([1 - P, P], axis=1)
         return self._output(P, X)
 
+    @dask_rows(_proba_shape)
     def predict_log_proba(self, X):
         """Logarithm of :meth:`predict_proba`.
 
@@ -401,6 +424,31 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """
         P = self.predict_proba(X)
         return array_module(P).log(P)
+
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of :meth:`predict` on ``X`` against ``y``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples: NumPy, CuPy, sparse, or a Dask array chunked by rows (predicted
+            block by block on the workers).
+        y : array-like of shape (n_samples,) or (n_samples, n_classes)
+            True labels (NumPy, CuPy or Dask).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights (NumPy, CuPy or Dask).
+
+        Returns
+        -------
+        score : float
+            Accuracy (exact-match ratio for multilabel targets).
+        """
+        if not any(is_dask_collection(a) for a in (X, y, sample_weight)):
+            return super().score(X, y, sample_weight=sample_weight)
+        import dask
+
+        pred, y, sample_weight = dask.compute(self.predict(X), y, sample_weight)
+        return float(accuracy_score(to_host(y), to_host(pred), sample_weight=to_host(sample_weight)))
 
     # ------------------------------------------------------------------ scikit-learn interop
     def as_sklearn(self):
@@ -541,6 +589,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         n_samples, n_features = X.shape
         dtype = X.dtype
         if sample_weight is not None:  # scikit-learn's check, on the host (n values)
+            if is_dask_collection(sample_weight):
+                raise TypeError("sample_weight must be in memory (NumPy or CuPy), not a Dask array.")
             sample_weight = _check_sample_weight(to_host(sample_weight), host_rows(X))
             if self._batch_size(n_samples, warn=False) == 1:  # every sample is a minibatch: known now
                 check_batch_weights(sample_weight, 1)
