@@ -115,10 +115,12 @@ def _tie_keys(X, seed):
 # ----------------------------------------------------------------------------------
 # Storing
 # ----------------------------------------------------------------------------------
-def store(W, X, L):
+def store(W, X, L, progress=None):
     """OR the clique of every message of ``X`` (M, C) into ``W`` (n, CW), in place.
 
-    Order-independent and idempotent.
+    Order-independent and idempotent. ``progress``, when given, is called with the
+    number of messages stored after each batch (:data:`STORE_CHUNK_ELEMENTS` index
+    entries at a time).
     """
     X = np.asarray(X, dtype=np.int64)
     C = X.shape[1]
@@ -126,6 +128,8 @@ def store(W, X, L):
     CW = C * Lw
     c1, c2 = np.nonzero(~np.eye(C, dtype=bool))
     if c1.size == 0:
+        if progress is not None and X.shape[0]:
+            progress(X.shape[0])
         return
     flat = W.reshape(-1)
     step = max(1, STORE_CHUNK_ELEMENTS // c1.size)
@@ -136,6 +140,8 @@ def store(W, X, L):
         idx = ((c1 * L + a) * CW + c2 * Lw + (b >> 5)).ravel()
         bits = np.left_shift(np.uint32(1), (b & 31).astype(np.uint32)).ravel()
         np.bitwise_or.at(flat, idx, bits)
+        if progress is not None:
+            progress(Xs.shape[0])
 
 
 def work_bytes(operation, n_rows, C, L):
@@ -425,7 +431,7 @@ def _retrieve_chunk(W, X, rule, gamma, max_iter, L):
     return V, n_iter, conv
 
 
-def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
+def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False, progress=None):
     """Complete the probes ``X`` (K, C) (``-1`` = erased) with ``rule``.
 
     Parameters
@@ -444,6 +450,9 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
     serial : bool, default=False
         Decode one probe after the other (the paper's serial decoding, eq. 10) instead
         of a chunk of probes at a time (parallel decoding, eq. 11). Same results.
+    progress : callable or None, default=None
+        Called with the number of probes done after each chunk of probes (the parallel
+        chunk, also for serial decoding, which would otherwise report every probe).
 
     Returns
     -------
@@ -458,19 +467,24 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
     W = np.asarray(W)
     K, C = X.shape
     rnd = _tie_keys(X, seed)
-    step = 1 if serial else max(1, CHUNK_ELEMENTS // (C * 32 * _n_words(L)))
+    chunk = max(1, CHUNK_ELEMENTS // (C * 32 * _n_words(L)))
+    step = 1 if serial else chunk
     clique_pick = rule == "joint" or (rule == "sum-of-max" and gamma > 0)
     msgs = np.empty((K, C), dtype=np.int32)
     cnts = np.empty((K, C), dtype=np.int32)
     iters = np.empty(K, dtype=np.int32)
     convs = np.empty(K, dtype=bool)
-    for s in range(0, K, step):
-        sl = slice(s, s + step)
-        V, it, cv = _retrieve_chunk(W, X[sl], rule, gamma, max_iter, L)
-        cnts[sl] = _cluster_counts(V)
-        if clique_pick:
-            todo = np.nonzero(cv & (cnts[sl] > 1).any(axis=1))[0]
-            _disambiguate(W.reshape(-1, C, V.shape[2]), V, rnd[sl], todo, L)
-        msgs[sl] = _pick(V, rnd[sl], L)[0]
-        iters[sl], convs[sl] = it, cv
+    for s0 in range(0, K, chunk):
+        end = min(s0 + chunk, K)
+        for s in range(s0, end, step):
+            sl = slice(s, min(s + step, end))
+            V, it, cv = _retrieve_chunk(W, X[sl], rule, gamma, max_iter, L)
+            cnts[sl] = _cluster_counts(V)
+            if clique_pick:
+                todo = np.nonzero(cv & (cnts[sl] > 1).any(axis=1))[0]
+                _disambiguate(W.reshape(-1, C, V.shape[2]), V, rnd[sl], todo, L)
+            msgs[sl] = _pick(V, rnd[sl], L)[0]
+            iters[sl], convs[sl] = it, cv
+        if progress is not None:
+            progress(end - s0)
     return msgs, cnts, iters, convs

@@ -24,6 +24,10 @@ _MAX_THREADS = 1024
 _STATIC_SHARED = 64
 #: Dynamic shared memory a kernel may use without raising its opt-in limit.
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024
+#: Probes per progress report when a ``progress`` callback is given: parallel decoding then
+#: launches one grid per chunk of this many probes (and waits for it, so that the report is
+#: true), serial decoding reports once per chunk instead of once per probe.
+PROGRESS_ROWS = 1 << 16
 
 
 def shared_bytes(C, L, rule):
@@ -63,18 +67,26 @@ def work_bytes(operation, n_rows, C, L):
     return n_rows * (C * 8 + 5), n_rows * (C * 20 + 6)
 
 
-def store(W, X, L):
-    """OR the clique of every message of ``X`` (M, C) into ``W`` (n, CW), in place."""
+def store(W, X, L, progress=None):
+    """OR the clique of every message of ``X`` (M, C) into ``W`` (n, CW), in place.
+
+    One launch for all messages; ``progress``, when given, is called once with ``M``
+    after it (the caller's next synchronising step, the edge count, waits for it).
+    """
     cp = get_cupy()
     X = cp.ascontiguousarray(X, dtype=cp.int32)
     C = X.shape[1]
     M = X.shape[0]
     if M == 0 or C < 2:
+        if progress is not None and M:
+            progress(M)
         return
     kern = get_function("gbnn", "gbnn_store", **_defines(C, L))
     total = M * C * C
     blocks = int(min((total + 255) // 256, 65535 * 8))
     kern((blocks,), (256,), (X, np.int64(M), W))
+    if progress is not None:
+        progress(M)
 
 
 def count_edges(W, C, L):
@@ -88,7 +100,7 @@ def count_edges(W, C, L):
     return int(out.get()[0])
 
 
-def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
+def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False, progress=None):
     """Complete the probes ``X`` (K, C) (``-1`` = erased) with ``rule``; see the CPU engine.
 
     One thread block per probe (up to 1,024 threads, each owning every 1,024-th word of
@@ -97,6 +109,11 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
     (``serial=True``, its serial decoding).
     The kernel computes the tie-breaking hash itself (the same integer steps as the CPU
     engine's ``_tie_keys``). Returns CuPy arrays.
+
+    With a ``progress`` callback, parallel decoding launches one grid per
+    :data:`PROGRESS_ROWS` probes and serial decoding reports per as many probes; each
+    report waits for the launches before it. Each block decodes its own probe, so the
+    results do not depend on how the probes are split into launches.
     """
     cp = get_cupy()
     X = cp.ascontiguousarray(X, dtype=cp.int32)
@@ -113,12 +130,24 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False):
     if smem > _DEFAULT_DYNAMIC_SHARED:
         kern.max_dynamic_shared_size_bytes = smem  # opt in (idempotent)
     tail = (np.uint64(seed), np.float64(gamma), np.int32(max_iter))
+
+    def launch(r):
+        n = r.stop - r.start
+        args = (W, X[r], np.int64(n), *tail, msgs[r], cnts[r], iters[r], convs[r])
+        kern((int(min(n, 2**31 - 1)),), (threads,), args, shared_mem=smem)
+
     if serial:
         for k in range(K):
-            r = slice(k, k + 1)
-            args = (W, X[r], np.int64(1), *tail, msgs[r], cnts[r], iters[r], convs[r])
-            kern((1,), (threads,), args, shared_mem=smem)
+            launch(slice(k, k + 1))
+            if progress is not None and ((k + 1) % PROGRESS_ROWS == 0 or k + 1 == K):
+                cp.cuda.get_current_stream().synchronize()
+                progress((k % PROGRESS_ROWS) + 1)
+    elif progress is None:
+        launch(slice(0, K))
     else:
-        grid = int(min(K, 2**31 - 1))
-        kern((grid,), (threads,), (W, X, np.int64(K), *tail, msgs, cnts, iters, convs), shared_mem=smem)
+        for s in range(0, K, PROGRESS_ROWS):
+            r = slice(s, min(s + PROGRESS_ROWS, K))
+            launch(r)
+            cp.cuda.get_current_stream().synchronize()
+            progress(r.stop - r.start)
     return msgs, cnts, iters, convs.astype(cp.bool_)
