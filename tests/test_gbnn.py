@@ -1,9 +1,12 @@
 """GBNNMemory: storing, the three retrieval rules, the paper's examples, CPU/GPU parity."""
 
+import logging
 import pickle
+import re
 
 import numpy as np
 import pytest
+from sklearn.model_selection import GridSearchCV, cross_val_score
 
 from sknn_gpu._backend import InsufficientMemoryError, to_host
 from sknn_gpu.memory import GBNNMemory, _gbnn_cpu, erasure_error_rate, theoretical_density
@@ -538,6 +541,138 @@ def test_size_estimate_bounds_the_measured_peak(C, L, M, K, e, rng):
     assert gbnn_bytes("cpu", C, L, M, "partial_fit")[0] == fit_est - C * L * C * ((L + 31) // 32) * 4
     host, dev = gbnn_bytes("cuda", C, L, K, "retrieve")
     assert dev >= K * C * 12 and host >= K * C * 8  # probes and outputs on the GPU, results copied back
+
+
+# --------------------------------------------------------------------------- verbose, output type, CV
+def _memory_lines(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "sknn_gpu.memory"]
+
+
+def test_verbose_zero_is_silent(caplog, rng):
+    msgs = rng.integers(0, 16, size=(50, 5))
+    with caplog.at_level(logging.DEBUG, logger="sknn_gpu"):
+        mem = GBNNMemory(device="cpu", random_state=0).fit(msgs)
+        mem.partial_fit(msgs[:5])
+        mem.retrieve(_erase(msgs, 2, rng), decoding="serial")
+    assert _memory_lines(caplog) == []
+
+
+def test_verbose_1_logs_one_summary_line_per_call(caplog, rng):
+    msgs = rng.integers(0, 16, size=(300, 5))
+    probes = _erase(msgs, 2, rng)
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.memory"):
+        mem = GBNNMemory(device="cpu", random_state=0, verbose=1).fit(msgs[:200])
+        density_after_fit = mem.density_
+        mem.partial_fit(msgs[200:])
+        res = mem.retrieve(probes)
+        mem.predict(probes)
+    lines = _memory_lines(caplog)
+    assert len(lines) == 4, lines
+    assert re.fullmatch(
+        rf"fit: 200 messages in [\d.]+ s, messages=200, density={density_after_fit:.6g}", lines[0]
+    )
+    assert re.fullmatch(
+        rf"partial_fit: 100 messages in [\d.]+ s, messages=100, density={mem.density_:.6g}", lines[1]
+    )
+    summary = f"converged={int(res.converged.sum())}, ambiguous={int(res.ambiguous.sum())}"
+    assert re.fullmatch(rf"retrieve \(joint, parallel\): 300 probes in [\d.]+ s, {summary}", lines[2])
+    assert re.fullmatch(rf"predict \(joint, parallel\): 300 probes in [\d.]+ s, {summary}", lines[3])
+
+
+@pytest.mark.parametrize("decoding", ["parallel", "serial"])
+def test_verbose_2_logs_a_line_per_batch_and_per_chunk_of_probes(caplog, monkeypatch, decoding, rng):
+    C, L = 5, 16
+    msgs = rng.integers(0, L, size=(100, C))
+    probes = _erase(msgs[:70], 3, rng)
+    quiet = GBNNMemory(device="cpu", random_state=0).fit(msgs)
+    expected = quiet.retrieve(probes)
+    monkeypatch.setattr(_gbnn_cpu, "STORE_CHUNK_ELEMENTS", 40 * C * (C - 1))  # 40 messages a batch
+    monkeypatch.setattr(_gbnn_cpu, "CHUNK_ELEMENTS", 32 * C * 32)  # 32 probes a chunk
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.memory"):
+        mem = GBNNMemory(device="cpu", random_state=0, verbose=2).fit(msgs)
+        res = mem.retrieve(probes, decoding=decoding)
+    lines = _memory_lines(caplog)
+    assert lines[:3] == ["fit 40/100", "fit 80/100", "fit 100/100"]
+    assert lines[3].startswith("fit: 100 messages in ")
+    desc = f"retrieve (joint, {decoding})"
+    assert lines[4:7] == [f"{desc} 32/70", f"{desc} 64/70", f"{desc} 70/70"]  # per chunk, also serial
+    assert lines[7].startswith(f"{desc}: 70 probes in ") and len(lines) == 8
+    np.testing.assert_array_equal(mem.W_, quiet.W_)
+    for name in ("messages", "n_candidates", "n_iter", "converged"):
+        np.testing.assert_array_equal(getattr(res, name), getattr(expected, name), err_msg=name)
+
+
+def test_cross_validation_on_held_out_messages_scores_zero_by_nature(rng):
+    """A memory recalls what it stored: held-out messages (the default CV) are not recalled."""
+    msgs = rng.integers(0, 32, size=(400, 6))
+    scores = cross_val_score(GBNNMemory(device="cpu", random_state=0), msgs, msgs, cv=3)
+    np.testing.assert_array_equal(scores, np.zeros(3))
+    assert GBNNMemory(device="cpu", random_state=0).fit(msgs).score(msgs, msgs) == 1.0
+    with pytest.raises(ValueError, match="needs y"):
+        cross_val_score(GBNNMemory(device="cpu"), msgs, cv=3, error_score="raise")
+
+
+def _erased_recall(memory, X, y=None):
+    """The user guide's scorer: erase 4 symbols of each given (stored) message, score recall."""
+    probes = np.array(X, copy=True)
+    cols = np.random.default_rng(0).random(probes.shape).argsort(axis=1)[:, :4]
+    np.put_along_axis(probes, cols, -1, axis=1)
+    return memory.score(probes, X)
+
+
+def test_gridsearch_with_an_erasure_scorer_over_stored_messages(rng):
+    msgs = rng.integers(0, 32, size=(400, 6))
+    rows = np.arange(len(msgs))
+    grid = {"rule": ["sum-of-sum", "joint"]}
+    # one split whose test rows are the stored rows, and probe sets that are parts of them
+    for cv in ([(rows, rows)], [(rows, part) for part in np.array_split(rows, 4)]):
+        search = GridSearchCV(GBNNMemory(device="cpu", random_state=0), grid, scoring=_erased_recall, cv=cv)
+        search.fit(msgs)
+        sos, joint = search.cv_results_["mean_test_score"]
+        assert 0 < sos < joint <= 1
+        assert search.best_params_ == {"rule": "joint"}
+    direct = GBNNMemory(device="cpu", random_state=0).fit(msgs)
+    assert search.best_score_ == pytest.approx(_erased_recall(direct, msgs), abs=0.05)
+
+
+@pytest.mark.cuda
+def test_output_type_applies_to_every_retrieval_field(rng):
+    import cupy as cp
+
+    msgs = rng.integers(0, 24, size=(200, 6))
+    probes = _erase(msgs, 3, rng)
+    ref = GBNNMemory(device="cpu", random_state=0).fit(msgs).retrieve(probes)
+    mem = GBNNMemory(device="cuda", random_state=0, output_type="numpy").fit(cp.asarray(msgs))
+    for out_type, X, kind in (("numpy", cp.asarray(probes), np.ndarray), ("cupy", probes, cp.ndarray)):
+        res = mem.set_params(output_type=out_type).retrieve(X)
+        for name in ("messages", "n_candidates", "n_iter", "converged"):
+            got = getattr(res, name)
+            assert isinstance(got, kind), (out_type, name)
+            np.testing.assert_array_equal(to_host(got), getattr(ref, name), err_msg=name)
+        assert isinstance(res.converged_per_iter, kind)
+        assert isinstance(mem.predict(X), kind)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("decoding", ["parallel", "serial"])
+def test_gpu_progress_reports_per_chunk_of_launches(caplog, monkeypatch, decoding, rng):
+    """With verbose, the GPU splits parallel decoding into one launch per chunk; same results."""
+    import cupy as cp
+
+    from sknn_gpu.memory import _gbnn_cuda
+
+    msgs = rng.integers(0, 40, size=(300, 8))
+    probes = cp.asarray(_erase(msgs[:150], 4, rng))
+    mem = GBNNMemory(device="cuda", random_state=0).fit(msgs)
+    expected = mem.retrieve(probes)
+    monkeypatch.setattr(_gbnn_cuda, "PROGRESS_ROWS", 64)
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.memory"):
+        res = mem.set_params(verbose=2).retrieve(probes, decoding=decoding)
+    desc = f"retrieve (joint, {decoding})"
+    lines = _memory_lines(caplog)
+    assert lines[:3] == [f"{desc} 64/150", f"{desc} 128/150", f"{desc} 150/150"]
+    for name in ("messages", "n_candidates", "n_iter", "converged"):
+        assert cp.array_equal(getattr(res, name), getattr(expected, name)), name
 
 
 # --------------------------------------------------------------------------- CPU == GPU

@@ -185,6 +185,8 @@ FIT_CASES = [
     ("n_clusters = 0", {"n_clusters": 0}, F, ValueError, "'n_clusters' parameter"),
     ("fractional cluster_size", {"cluster_size": 2.5}, F, ValueError, "'cluster_size' parameter"),
     ("cluster_size > 2**31 - 1", {"cluster_size": 2**31}, F, ValueError, "'cluster_size' parameter"),
+    ("verbose < 0", {"verbose": -1}, F, ValueError, "'verbose' parameter"),
+    ("unknown output_type", {"output_type": "torch"}, F, ValueError, "'output_type' parameter"),
 ]
 
 FITTED_CASES = [
@@ -200,6 +202,7 @@ FITTED_CASES = [
     ("partial_fit", "erased symbol", np.array([[0, 1, 2, -1]]), ValueError, "Negative values"),
     ("partial_fit", "wrong number of columns", np.array([[0, 1, 2, 3, 4]]), ValueError, "4 features"),
     ("score", "shape mismatch", (np.array([[0, 1, 2, -1]]), F[:2]), ValueError, "shape"),
+    ("score", "no y (cross-validation without y)", (np.array([[0, 1, 2, -1]]), None), ValueError, "needs y"),
 ]
 
 

@@ -10,7 +10,9 @@ This module is the estimator (parameters, validation, decisions). Both devices s
 ``W`` bit-packed (``uint32`` words) and run the same steps: ``_gbnn_cpu`` (NumPy, the
 reference) and ``_gbnn_cuda`` (``_kernels/gbnn.cu``) have the same functions and give
 bit-identical results, including the choice among several surviving neurons, which
-uses one host-reproducible pseudo-random integer per (probe, cluster).
+uses one host-reproducible pseudo-random integer per (probe, cluster). Dask arrays go
+through ``_gbnn_dask`` (a packed ``W`` per block OR-reduced for storing; blockwise
+retrieval and score). Long loops report through :class:`sknn_gpu._progress.Progress`.
 """
 
 from __future__ import annotations
@@ -26,8 +28,10 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._backend import array_module, check_memory, is_device_array, to_device, to_host
+from .._dask import dask_rows, is_dask_collection
+from .._progress import Progress
 from ..base import DeviceMixin
-from . import _gbnn_cpu, _gbnn_cuda
+from . import _gbnn_cpu, _gbnn_cuda, _gbnn_dask
 from ._gbnn_cpu import _n_words
 
 __all__ = ["GBNNMemory", "RetrievalResult", "theoretical_density", "erasure_error_rate", "gbnn_bytes"]
@@ -188,10 +192,15 @@ class RetrievalResult:
 
         Entry ``t - 1`` counts the probes that reached their fixed point within ``t``
         iterations; the length is ``n_iter.max()``. Derived from ``converged`` and
-        ``n_iter`` (same array type).
+        ``n_iter`` (same array type; for Dask arrays a Dask array, whose length needs
+        ``n_iter.max()`` computed first).
         """
-        xp = array_module(self.n_iter)
-        counts = xp.bincount(self.n_iter[self.converged], minlength=int(self.n_iter.max()) + 1)
+        if is_dask_collection(self.n_iter):
+            import dask.array as xp
+        else:
+            xp = array_module(self.n_iter)
+        top = int(self.n_iter.max())
+        counts = xp.bincount(xp.where(self.converged, self.n_iter, 0), minlength=top + 1)
         return xp.cumsum(counts[1:])
 
 
@@ -250,7 +259,15 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         Array type of what this estimator returns: None follows
         ``sknn_gpu.config_context(output_type=...)`` (by default the input's type: NumPy
         in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host arrays;
-        ``'cupy'`` always device arrays.
+        ``'cupy'`` always device arrays. Applies to ``predict`` and to every array of a
+        :class:`RetrievalResult`.
+    verbose : int or bool, default=0
+        Progress reports on the ``sknn_gpu.memory`` logger (:mod:`logging`, INFO):
+        ``0`` is silent; ``1`` logs one summary line per ``fit``, ``partial_fit`` and
+        retrieval (messages stored and the density; probes completed, converged and
+        ambiguous) and shows a progress bar on a terminal; ``2`` also logs a line per
+        batch of messages stored and per chunk of probes retrieved — a chunk, not a
+        probe, also for serial decoding.
 
     Attributes
     ----------
@@ -286,6 +303,24 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
     :class:`~sknn_gpu.InsufficientMemoryError`, naming the bytes needed and free,
     before allocating anything when they do not fit.
 
+    **Dask.** ``fit`` and ``partial_fit`` accept a Dask array of messages chunked by
+    rows: every block is stored into its own packed ``W`` on the workers and the
+    partial memories are OR-ed up a tree, so only ``W`` (and, when ``cluster_size`` is
+    None, one largest symbol per block) reaches the client; the result equals one
+    in-memory fit bit for bit. ``predict`` and ``retrieve`` return lazy Dask arrays
+    for Dask probes, and ``score`` computes blockwise and returns a float. Empty blocks
+    are skipped; a Dask array split along the clusters is refused.
+
+    **Scoring and cross-validation.** ``score(X, y)`` is the exact-recall rate: the
+    fraction of probes ``X`` whose completion equals the message ``y`` they were made
+    from. A memory recalls only what it stored, so the default cross-validation
+    (``cross_val_score(mem, messages, messages)``: store the training fold, score the
+    held-out fold) scores 0 by nature — a held-out message is not in the memory, and
+    its completion is ``-1`` or another stored message. Score probes made from stored
+    messages instead: a scorer that erases symbols of the messages it is given, with
+    splits whose test rows are among the training rows (for example
+    ``cv=[(all_rows, all_rows)]``); the user guide has a ``GridSearchCV`` example.
+
     Examples
     --------
     >>> import numpy as np
@@ -313,6 +348,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
         **DeviceMixin._output_constraints,
+        "verbose": [Interval(numbers.Integral, 0, None, closed="left"), "boolean"],
     }
 
     def __init__(
@@ -326,6 +362,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         random_state=None,
         device="auto",
         output_type=None,
+        verbose=0,
     ):
         self.n_clusters = n_clusters
         self.cluster_size = cluster_size
@@ -335,6 +372,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
         self.output_type = output_type
+        self.verbose = verbose
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
@@ -417,10 +455,11 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_messages, n_clusters)
+        X : array-like or Dask array of shape (n_messages, n_clusters)
             Integer symbols in ``[0, cluster_size)`` (``cluster_size`` defaults to the
             largest symbol + 1). Integer-valued floats are accepted; other floats are
-            refused. CuPy input is validated on the device.
+            refused. CuPy input is validated on the device. A Dask array chunked by
+            rows is stored block by block on the workers (see Notes of the class).
         y : None
             Ignored.
 
@@ -441,8 +480,9 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_messages, n_clusters)
-            More messages, symbols in ``[0, cluster_size_)``.
+        X : array-like or Dask array of shape (n_messages, n_clusters)
+            More messages, symbols in ``[0, cluster_size_)``. A Dask array is stored
+            on the workers and its packed memory OR-ed into ``W_``.
         y : None
             Ignored.
 
@@ -452,54 +492,104 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         """
         return self._store(X, first=not hasattr(self, "W_"))
 
+    def _plan(self, C, mx, n_rows):
+        """First storing call: check the shape parameters, resolve the device (with the
+        wide-state fallback to the CPU) and check the size; returns ``L``. Allocates nothing."""
+        if self.n_clusters is not None and C != self.n_clusters:
+            raise ValueError(f"X has {C} clusters (columns), but n_clusters={self.n_clusters}.")
+        L = int(self.cluster_size) if self.cluster_size is not None else mx + 1
+        if mx is not None and mx >= L:
+            raise ValueError(f"X has a symbol {mx}, but cluster_size={L} (symbols must be < {L}).")
+        device = self._resolve_device()
+        if device == "cuda" and not _gbnn_cuda.supports(C, L):
+            if self.device == "cuda":
+                self._check_size(n_rows, "fit", C, L, device)  # a size no device holds says so first
+                need = max(_gbnn_cuda.shared_bytes(C, L, r) for r in ("sum-of-sum", "joint"))
+                raise ValueError(
+                    f"device='cuda' keeps a probe's state (n_clusters * ceil(cluster_size / 32) = "
+                    f"{C * _n_words(L)} words for C={C}, L={L}: {need} bytes) in one block's shared "
+                    "memory, more than this GPU allows; use device='cpu'."
+                )
+            device = self.device_ = "cpu"
+        self._check_size(n_rows, "fit", C, L, device)
+        return L
+
+    def _init_memory(self, C, L, W=None):
+        """Set the fitted state of a fresh memory (``W`` given, or an empty one)."""
+        self.n_clusters_ = C
+        self.cluster_size_ = L
+        self.W_ = self._xp.zeros((C * L, C * _n_words(L)), dtype=np.uint32) if W is None else W
+        rs = check_random_state(self.random_state)
+        self.tie_seed_ = (int(rs.randint(0, 2**32, dtype=np.int64)) << 32) | int(
+            rs.randint(0, 2**32, dtype=np.int64)
+        )
+        self.n_messages_seen_ = 0
+
     def _store(self, X, first):
+        what = "fit" if first else "partial_fit"
+        if is_dask_collection(X):
+            return self._store_dask(X, first, what)
         X, mx = self._check_symbols(X, reset=first, allow_erased=False)
         if first:
             C = X.shape[1]
-            if self.n_clusters is not None and C != self.n_clusters:
-                raise ValueError(f"X has {C} clusters (columns), but n_clusters={self.n_clusters}.")
-            L = int(self.cluster_size) if self.cluster_size is not None else mx + 1
-            if mx >= L:
-                raise ValueError(f"X has a symbol {mx}, but cluster_size={L} (symbols must be < {L}).")
-            device = self._resolve_device()
-            CW = C * _n_words(L)
-            if device == "cuda" and not _gbnn_cuda.supports(C, L):
-                if self.device == "cuda":
-                    self._check_size(X.shape[0], "fit", C, L, device)  # a size no device holds says so first
-                    need = max(_gbnn_cuda.shared_bytes(C, L, r) for r in ("sum-of-sum", "joint"))
-                    raise ValueError(
-                        f"device='cuda' keeps a probe's state (n_clusters * ceil(cluster_size / 32) = {CW} "
-                        f"words for C={C}, L={L}: {need} bytes) in one block's shared memory, more than "
-                        "this GPU allows; use device='cpu'."
-                    )
-                device = self.device_ = "cpu"
-            self._check_size(X.shape[0], "fit", C, L, device)
-            self.n_clusters_ = C
-            self.cluster_size_ = L
-            self.W_ = self._xp.zeros((C * L, CW), dtype=np.uint32)
-            rs = check_random_state(self.random_state)
-            self.tie_seed_ = (int(rs.randint(0, 2**32, dtype=np.int64)) << 32) | int(
-                rs.randint(0, 2**32, dtype=np.int64)
-            )
-            self.n_messages_seen_ = 0
+            self._init_memory(C, self._plan(C, mx, X.shape[0]))
         else:
             self._check_size(X.shape[0], "partial_fit", self.n_clusters_, self.cluster_size_, self.device_)
-        L, C = self.cluster_size_, self.n_clusters_
-        engine = _engine(self.device_)
-        engine.store(self.W_, to_device(X, self.device_), L)
-        edges = engine.count_edges(self.W_, C, L)
-        self.n_messages_seen_ += int(X.shape[0])
-        possible = C * (C - 1) * L * L
-        self.density_ = float(edges / possible) if possible else 0.0
+        bar = Progress(self, what, total=X.shape[0], verbose=self.verbose, unit="messages")
+        _engine(self.device_).store(
+            self.W_, to_device(X, self.device_), self.cluster_size_, progress=bar.update
+        )
+        self._count(X.shape[0], bar)
         return self
 
+    def _store_dask(self, X, first, what):
+        """``_store`` of a Dask array: a packed ``W`` per block on the workers, OR-reduced."""
+        C = _gbnn_dask.check_columns(self, X, what, C=None if first else self.n_clusters_)
+        if first:
+            mx = _gbnn_dask.max_symbol(self, X) if self.cluster_size is None else None
+            L = self._plan(C, mx, 0)
+        else:
+            L = self.cluster_size_
+        bar = Progress(self, f"{what} (dask)", verbose=self.verbose, unit="blocks")
+        W, n, n_blocks = _gbnn_dask.store(self, X, C, L, self.device_)
+        bar.update(n_blocks)
+        if first:
+            self._init_memory(C, L, W)
+            self.n_features_in_ = C
+            self.__dict__.pop("feature_names_in_", None)
+        else:
+            self.W_ |= W
+        self._count(n, bar)
+        return self
+
+    def _count(self, n, bar):
+        """Add ``n`` stored messages, recount the density and close the progress report."""
+        L, C = self.cluster_size_, self.n_clusters_
+        edges = _engine(self.device_).count_edges(self.W_, C, L)
+        self.n_messages_seen_ += int(n)
+        possible = C * (C - 1) * L * L
+        self.density_ = float(edges / possible) if possible else 0.0
+        bar.close(messages=int(n), density=self.density_)
+
     # ------------------------------------------------------------------ retrieval
+    def _check_dask_probes(self, X):
+        check_is_fitted(self, "W_")
+        _gbnn_dask.check_columns(self, X, "predict")
+
+    def _message_columns(self, X):
+        self._check_dask_probes(X)
+        return (self.n_clusters_,), np.int32
+
+    def _packed_columns(self, X):
+        self._check_dask_probes(X)
+        return (2 * self.n_clusters_ + 2,), np.int32
+
     def retrieve(self, X, *, decoding="parallel"):
         """Complete the erased symbols of every probe and report how sure it is.
 
         Parameters
         ----------
-        X : array-like of shape (n_probes, n_clusters)
+        X : array-like or Dask array of shape (n_probes, n_clusters)
             Probes: integer symbols in ``[0, cluster_size_)``, ``-1`` for erased.
         decoding : {'parallel', 'serial'}, default='parallel'
             ``'parallel'`` decodes the probes together (the paper's eq. 11: a chunk of
@@ -514,13 +604,38 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             ``messages`` (what :meth:`predict` returns), ``n_candidates`` (neurons
             left active per cluster), ``converged`` and ``n_iter`` per probe, and
             ``converged_per_iter`` (converged probes after each iteration). Arrays
-            are NumPy for NumPy input and CuPy for CuPy input.
+            are NumPy for NumPy input and CuPy for CuPy input (or as ``output_type``
+            says); for a Dask array of probes, lazy Dask arrays computed blockwise
+            (the four fields share one task per block).
         """
         check_is_fitted(self, "W_")
         if decoding not in ("parallel", "serial"):
             raise ValueError(f"decoding must be 'parallel' or 'serial', got {decoding!r}.")
+        if is_dask_collection(X):
+            C = _gbnn_dask.check_columns(self, X, "retrieve", C=self.n_clusters_)
+            P = self._retrieve_packed(X, decoding=decoding)
+            return RetrievalResult(
+                messages=P[:, :C],
+                n_candidates=P[:, C : 2 * C],
+                converged=P[:, 2 * C + 1] == 1,
+                n_iter=P[:, 2 * C],
+            )
+        return self._retrieve(X, decoding, "retrieve")
+
+    @dask_rows(_packed_columns)
+    def _retrieve_packed(self, X, decoding="parallel"):
+        """One block of a Dask retrieval: messages, n_candidates, n_iter, converged side by side (int32)."""
+        res = self._retrieve(X, decoding, "retrieve")
+        xp = array_module(res.messages)
+        parts = (res.n_iter[:, None], res.converged[:, None].astype(xp.int32))
+        return xp.concatenate((res.messages, res.n_candidates) + parts, axis=1)
+
+    def _retrieve(self, X, decoding, what):
         Xc, _ = self._check_symbols(X, reset=False, allow_erased=True)
         self._check_size(Xc.shape[0], "retrieve", self.n_clusters_, self.cluster_size_, self.device_)
+        bar = Progress(
+            self, f"{what} ({self.rule}, {decoding})", total=Xc.shape[0], verbose=self.verbose, unit="probes"
+        )
         out = _engine(self.device_).retrieve(
             self.W_,
             to_device(Xc, self.device_),
@@ -530,16 +645,21 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             int(self.max_iter),
             self.cluster_size_,
             serial=decoding == "serial",
+            progress=bar.update,
         )
+        if self.verbose:
+            msgs, cnts, _, convs = out
+            bar.close(converged=int(convs.sum()), ambiguous=int((cnts > 1).any(axis=1).sum()))
         msgs, cnts, iters, convs = self._output(list(out), X)
         return RetrievalResult(messages=msgs, n_candidates=cnts, converged=convs, n_iter=iters)
 
+    @dask_rows(_message_columns)
     def predict(self, X):
         """Complete the erased symbols (``-1``) of every probe.
 
         Parameters
         ----------
-        X : array-like of shape (n_probes, n_clusters)
+        X : array-like or Dask array of shape (n_probes, n_clusters)
             Probes, as for :meth:`retrieve`.
 
         Returns
@@ -549,24 +669,43 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             the probe. When several neurons remain active in some cluster, sum-of-max
             (``gamma > 0``) and joint return one clique among them (a stored message
             when one matches; see the user guide), sum-of-sum picks per cluster; the
-            choice is seeded by ``random_state``.
+            choice is seeded by ``random_state``. A lazy Dask array for Dask probes.
         """
-        return self.retrieve(X).messages
+        check_is_fitted(self, "W_")
+        return self._retrieve(X, "parallel", "predict").messages
 
-    def score(self, X, y):
-        """Fraction of probes whose completion equals the true message exactly.
+    def score(self, X, y=None):
+        """Exact-recall rate: the fraction of probes whose completion equals the true message.
+
+        This measures recall of **stored** messages from partial ones: ``X`` holds
+        probes (stored messages with symbols erased, ``-1``) and ``y`` the messages they
+        came from. A message that was never stored is not recalled, so scoring held-out
+        messages (the default of scikit-learn's cross-validation) gives 0 by nature; see
+        the class Notes and the user guide for a scorer that erases symbols of stored
+        messages, for ``GridSearchCV``.
 
         Parameters
         ----------
-        X : array-like of shape (n_probes, n_clusters)
-            Probes (``-1`` for erased symbols).
-        y : array-like of shape (n_probes, n_clusters)
-            The true messages.
+        X : array-like or Dask array of shape (n_probes, n_clusters)
+            Probes (``-1`` for erased symbols). A Dask array is scored blockwise on the
+            workers (one count per block reaches the client).
+        y : array-like or Dask array of shape (n_probes, n_clusters)
+            The true messages. Required: None (what cross-validation passes when it is
+            given no ``y``) raises a ``ValueError`` saying so.
 
         Returns
         -------
         score : float
         """
+        check_is_fitted(self, "W_")
+        if y is None:
+            raise ValueError(
+                "GBNNMemory.score needs y, the true messages the probes X were made from (it is the "
+                "fraction of probes completed exactly); cross-validation must pass y, or use a scorer "
+                "that erases symbols of stored messages (see the GBNN user guide)."
+            )
+        if is_dask_collection(X):
+            return _gbnn_dask.score(self, X, y)
         pred = to_host(self.predict(X))
         y_true, _ = self._check_symbols(to_host(y), reset=False, allow_erased=False, name="y")
         if y_true.shape != pred.shape:
