@@ -7,6 +7,11 @@ Peer on the same data: a plain CuPy dense-matrix composition of the same rules
 iterations). The paper's best time, 14.86 s for the joint scheme on a Tesla C1060, is
 quoted beside (not measured here). Also the same network near capacity (150,000 stored).
 
+Dask (issue 18): ``predict`` of 6,000,000 Scenario-2 probes in memory on one GPU, with
+Dask on one GPU and on every GPU of the host (``dask_cuda.LocalCUDACluster``), and a
+distributed ``fit`` (a packed W per block, OR-reduced) beside an in-memory one; both
+checked identical. Without a GPU: 120,000 probes on 2 CPU worker processes.
+
 Floor (joint rule): W is n·C·ceil(L/32)·4 bytes (8 MiB) read once, probes in and
 results out; every probe's first step also gathers (C−e)·e·ceil(L/32) words of W
 (from L2 in practice). Both bounds are printed.
@@ -205,15 +210,109 @@ def scenario(C, L, M, K, e, gpu, cpu_rules, peer_rules, quick):
     t.print()
 
 
+# ------------------------------------------------------------------ Dask scale-out (issue 18)
+def _local_cluster(gpu, n_workers):
+    """One worker per GPU (``dask_cuda.LocalCUDACluster``), or CPU worker processes."""
+    if gpu:
+        from dask_cuda import LocalCUDACluster
+
+        return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n_workers)), dashboard_address=None)
+    from distributed import LocalCluster
+
+    return LocalCluster(processes=True, n_workers=n_workers, threads_per_worker=1, dashboard_address=None)
+
+
+def dask_scaling(C, L, M, K, e, chunk, gpu):
+    """``predict`` of K probes: in memory on one device, then Dask on one worker and on
+    every GPU of the host (2 CPU worker processes without a GPU); a distributed ``fit``
+    beside one in-memory fit. Results are checked equal to the in-memory ones."""
+    try:
+        import dask.array as da
+        from distributed import Client, wait
+    except ImportError:
+        print("Dask scale-out: dask[distributed] not installed\n")
+        return
+    if gpu:
+        try:
+            import dask_cuda  # noqa: F401
+        except ImportError:
+            print("Dask scale-out: dask-cuda not installed\n")
+            return
+        import cupy as cp
+
+        from sknn_gpu._backend import device_limits
+
+        counts = sorted({1, device_limits().n_devices})
+    else:
+        counts = [1, 2]
+    device = "cuda" if gpu else "cpu"
+    rng = np.random.default_rng(1)
+    msgs = rng.integers(0, L, size=(M, C), dtype=np.int32)
+    truth = msgs[rng.integers(0, M, size=K)]
+    probes = truth.copy()
+    np.put_along_axis(probes, np.argsort(rng.random(probes.shape), axis=1)[:, :e], -1, axis=1)
+    mem = GBNNMemory(device=device, random_state=0, cluster_size=L).fit(msgs)
+    on_device = cp.asarray(probes) if gpu else probes
+    expected = mem.predict(on_device)
+    t = Table(
+        f"Dask: predict of {K:,} probes (C={C}, L={L}, {M:,} stored, {e} erased), {chunk:,}-row chunks",
+        baseline=f"in memory, 1 {'GPU' if gpu else 'CPU process'}",
+    )
+    t.add(
+        t.baseline,
+        device,
+        time_call(lambda: mem.predict(on_device), repeat=5, warmup=1, device=device),
+        note="probes already on the device",
+    )
+    fits = Table(f"Dask: fit of {M:,} messages (C={C}, L={L})", baseline="fit in memory")
+    fits.add("fit in memory", device, time_call(lambda: mem.fit(msgs), repeat=5, warmup=1, device=device))
+    for n in counts:
+        unit = "GPU" if gpu else "CPU worker"
+        with _local_cluster(gpu, n) as cluster, Client(cluster) as client:
+            dP = da.from_array(probes, chunks=(chunk, -1))
+            dM = da.from_array(msgs, chunks=(max(1, M // (4 * n)), -1))
+            if gpu:
+                dP, dM = dP.map_blocks(cp.asarray), dM.map_blocks(cp.asarray)
+            dP, dM = client.persist([dP, dM])
+            wait([dP, dM])
+
+            def run():
+                out = mem.predict(dP).persist()  # results stay on the workers, as in memory
+                wait(out)
+                return out
+
+            secs = time_cpu(run, repeat=5, warmup=1)
+            got = run().compute()
+            same = np.array_equal(cp.asnumpy(got) if gpu else got, cp.asnumpy(expected) if gpu else expected)
+            t.add(f"Dask, {n} {unit}{'s' if n > 1 else ''}", device, secs, quality=f"identical: {same}")
+            dist = GBNNMemory(device=device, random_state=0, cluster_size=L)
+            secs = time_cpu(lambda: dist.fit(dM), repeat=5, warmup=1)  # noqa: B023 (called at once)
+            W_same = np.array_equal(
+                cp.asnumpy(dist.W_) if gpu else dist.W_, cp.asnumpy(mem.W_) if gpu else mem.W_
+            )
+            fits.add(
+                f"fit Dask, {n} {unit}{'s' if n > 1 else ''}",
+                device,
+                secs,
+                quality=f"W identical: {W_same}",
+                note="a packed W per block, OR-reduced in a tree; W to the client",
+            )
+    t.print()
+    fits.print()
+
+
 def main(argv=None):
     args = parse_args(__doc__.splitlines()[0], argv)
     print(environment_header() + "\n")
     gpu = cuda_available() and args.device != "cpu"
     if args.quick:
         scenario(16, 512, 5_000, 2_000, 7, gpu, RULES, RULES if gpu else (), True)
+        dask_scaling(16, 512, 5_000, 20_000, 7, 5_000, gpu)
         return
     scenario(16, 512, 50_000, 30_000, 7, gpu, RULES, RULES if gpu else (), False)
     scenario(16, 512, 150_000, 30_000, 7, gpu, ("joint",), ("joint",) if gpu else (), False)
+    # the issue-18 target: 6,000,000 Scenario-2 probes (a CPU run uses 120,000)
+    dask_scaling(16, 512, 50_000, 6_000_000 if gpu else 120_000, 7, 250_000 if gpu else 30_000, gpu)
 
 
 if __name__ == "__main__":
