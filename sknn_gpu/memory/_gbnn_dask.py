@@ -180,8 +180,10 @@ def score(est, X, y):
         raise ValueError(f"y has shape {y.shape}, but the probes have shape {X.shape}.")
     y = y.rechunk((X.chunks[0], -1)) if is_dask_collection(y) else da.from_array(y, chunks=(X.chunks[0], -1))
 
+    # the estimator as one graph key: shipped once per worker, not inside every task
+    shared = dask.delayed(est, traverse=False)
     hits = da.map_blocks(
-        _block_hits, est, X, y, dtype=np.int64, drop_axis=1, meta=np.empty((0,), dtype=np.int64)
+        _block_hits, shared, X, y, dtype=np.int64, drop_axis=1, meta=np.empty((0,), dtype=np.int64)
     )
     total, n = dask.compute(hits.sum(), (hits >= 0).sum())
     if int(n) == 0:
