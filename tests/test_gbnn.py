@@ -548,13 +548,26 @@ def _memory_lines(caplog):
     return [r.getMessage() for r in caplog.records if r.name == "sknn_gpu.memory"]
 
 
-def test_verbose_zero_is_silent(caplog, rng):
+def test_verbose_zero_is_silent_and_gives_the_engines_no_callback(caplog, monkeypatch, rng):
+    """Silent calls pass progress=None: the GPU engine then keeps one launch for all probes."""
+    callbacks = []
+    for name in ("store", "retrieve"):
+        real = getattr(_gbnn_cpu, name)
+
+        def spy(*args, _real=real, progress=None, **kwargs):
+            callbacks.append(progress)
+            return _real(*args, progress=progress, **kwargs)
+
+        monkeypatch.setattr(_gbnn_cpu, name, spy)
     msgs = rng.integers(0, 16, size=(50, 5))
     with caplog.at_level(logging.DEBUG, logger="sknn_gpu"):
         mem = GBNNMemory(device="cpu", random_state=0).fit(msgs)
         mem.partial_fit(msgs[:5])
         mem.retrieve(_erase(msgs, 2, rng), decoding="serial")
     assert _memory_lines(caplog) == []
+    assert callbacks == [None, None, None]
+    mem.set_params(verbose=1).predict(msgs)
+    assert callable(callbacks[-1])
 
 
 def test_verbose_1_logs_one_summary_line_per_call(caplog, rng):

@@ -537,7 +537,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             self._check_size(X.shape[0], "partial_fit", self.n_clusters_, self.cluster_size_, self.device_)
         bar = Progress(self, what, total=X.shape[0], verbose=self.verbose, unit="messages")
         _engine(self.device_).store(
-            self.W_, to_device(X, self.device_), self.cluster_size_, progress=bar.update
+            self.W_, to_device(X, self.device_), self.cluster_size_, progress=self._progress_callback(bar)
         )
         self._count(X.shape[0], bar)
         return self
@@ -561,6 +561,11 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             self.W_ |= W
         self._count(n, bar)
         return self
+
+    def _progress_callback(self, bar):
+        """What the engines report to: None when silent, so that the GPU engine keeps one
+        launch for all probes (with a callback it launches and waits chunk by chunk)."""
+        return bar.update if self.verbose else None
 
     def _count(self, n, bar):
         """Add ``n`` stored messages, recount the density and close the progress report."""
@@ -645,7 +650,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             int(self.max_iter),
             self.cluster_size_,
             serial=decoding == "serial",
-            progress=bar.update,
+            progress=self._progress_callback(bar),
         )
         if self.verbose:
             msgs, cnts, _, convs = out
