@@ -429,3 +429,88 @@ def test_connections_are_uniform_distinct_sorted_subsets():
     assert chi2 < 45.3, chi2  # 19 degrees of freedom, p ~ 0.0007: a biased sampler fails this
     full = _draw_connections(np.random.RandomState(0), 5, 4, 4)
     np.testing.assert_array_equal(full, np.tile(np.arange(4), (5, 1)))
+
+
+# ------------------------------------------------------ sparse input, verbose (issue 17)
+def _order_sensitive_csr(rng, n, d, density):
+    """CSR rows whose float32 sums depend on the order of the additions (magnitudes 1e-6..1e6),
+    with explicit zeros, negative zeros and empty rows."""
+    X = sp.random(
+        n, d, density=density, format="csr", dtype=np.float64, random_state=int(rng.integers(1 << 30))
+    )
+    X.data = rng.standard_normal(X.nnz) * 10.0 ** rng.integers(-6, 7, X.nnz)
+    X.data[::17] = 0.0
+    X.data[5::23] = -0.0
+    X = X.tolil()
+    X[::7] = 0  # empty rows
+    return X.tocsr()
+
+
+@pytest.mark.parametrize("density", [0.002, 0.008, 0.05])
+def test_sparse_input_hashes_bit_for_bit_like_its_dense_copy(rng, density, monkeypatch):
+    from sknn_gpu.fly import _flyhash_cpu
+
+    X = _order_sensitive_csr(rng, 300, 900, density)
+    used = []
+    real = _flyhash_cpu._sparse_activations
+    monkeypatch.setattr(_flyhash_cpu, "_sparse_activations", lambda *a: used.append(1) or real(*a))
+    fh = FlyHashTransformer(k=25, random_state=0, device="cpu", output="dense").fit(X)
+    assert fh.n_components_ * 4 * 300 > _flyhash_cpu.BLOCK_BYTES  # several blocks (threads)
+    dense = fh.transform(X.toarray())
+    assert not used
+    for fmt in ("csr", "csc", "coo"):
+        np.testing.assert_array_equal(fh.transform(X.asformat(fmt)), dense)
+    assert bool(used) == (density <= _flyhash_cpu.SPARSE_DENSITY)  # the entry path where it pays
+    # the entry path forced on denser data still gives the dense bits, for every output
+    monkeypatch.setattr(_flyhash_cpu, "SPARSE_DENSITY", 1.0)
+    used.clear()
+    np.testing.assert_array_equal(fh.transform(X), dense)
+    assert used
+    for output in ("sparse", "packed"):
+        fh.set_params(output=output)
+        a, b = fh.transform(X), fh.transform(X.toarray())
+        assert (a != b).nnz == 0 if output == "sparse" else np.array_equal(a, b)
+    # and the activations themselves are the reference's sequential float32 sums
+    table = _flyhash_cpu._units_by_feature(fh)
+    A = _flyhash_cpu._activations(fh, X[:40], table)
+    np.testing.assert_array_equal(
+        A.view(np.uint32), (_reference_activations(fh, X[:40]) + np.float32(0)).view(np.uint32)
+    )
+
+
+def test_unsorted_csr_indices_hash_like_sorted(rng):
+    X = _order_sensitive_csr(rng, 50, 400, 0.005)
+    shuffled = X.copy()
+    for r in range(X.shape[0]):  # reverse each row's entries: same matrix, unsorted indices
+        lo, hi = shuffled.indptr[r], shuffled.indptr[r + 1]
+        shuffled.indices[lo:hi] = shuffled.indices[lo:hi][::-1].copy()
+        shuffled.data[lo:hi] = shuffled.data[lo:hi][::-1].copy()
+    shuffled.has_sorted_indices = False
+    fh = FlyHashTransformer(k=9, random_state=2, device="cpu", output="dense").fit(X)
+    np.testing.assert_array_equal(fh.transform(shuffled), fh.transform(X.toarray()))
+
+
+@pytest.mark.parametrize("verbose", [0, 1, 2])
+def test_verbose_logs_fit_and_transform(caplog, rng, verbose):
+    import logging
+
+    from sknn_gpu.fly import _flyhash_cpu
+
+    X = rng.random((3 * 130, 16))
+    fh = FlyHashTransformer(n_components=16000, k=8, random_state=0, device="cpu", verbose=verbose)
+    n_blocks = -(-X.shape[0] // _flyhash_cpu._block_rows(16000))
+    assert n_blocks == 3
+    with caplog.at_level(logging.INFO, logger="sknn_gpu"):
+        fh.fit(X).transform(X)
+    msgs = [r.getMessage() for r in caplog.records if r.name == "sknn_gpu.fly"]
+    if verbose == 0:
+        assert msgs == []
+        return
+    assert msgs[0].startswith("FlyHashTransformer.fit: 16000 units in ")
+    assert msgs[0].endswith("n_connections=2, k=8")
+    steps = [m for m in msgs if m.startswith("FlyHashTransformer.transform ")]
+    assert len(steps) == (n_blocks if verbose == 2 else 0)
+    if verbose == 2:
+        assert steps[-1] == f"FlyHashTransformer.transform {X.shape[0]}/{X.shape[0]}"
+    assert msgs[-1].startswith(f"FlyHashTransformer.transform: {X.shape[0]} rows in ")
+    assert msgs[-1].endswith("output=sparse, device=cpu")

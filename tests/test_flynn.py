@@ -573,8 +573,8 @@ def test_prediction_refused_before_allocating(monkeypatch, device, rng):
     X, y = _blobs(rng, n=50)
     clf = FlyNNClassifier(k=8, random_state=0, device=device).fit(X, y)
     monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 1000)
-    for method, stage in (("predict", "predict"), ("predict_proba", "novelty"), ("novelty", "novelty")):
-        with pytest.raises(InsufficientMemoryError, match=rf"FlyNNClassifier\.{stage} of 50 samples x 12"):
+    for method in ("predict", "predict_proba", "decision_function", "novelty"):  # each names itself
+        with pytest.raises(InsufficientMemoryError, match=rf"FlyNNClassifier\.{method} of 50 samples x 12"):
             getattr(clf, method)(X)
     with pytest.raises(InsufficientMemoryError, match=r"FlyNNClassifier\.partial_fit of 50 samples"):
         clf.partial_fit(X, y)
@@ -705,3 +705,118 @@ def test_fit_federated_names_the_empty_shard(digits, dask_client):
     bad = [(X_train[:100], y_train[:100]), (X_train[100:200], y_train[100:200].astype(float) + 0.5)]
     with pytest.raises(ValueError, match=r"fit_federated: shard 1: Unknown label type"):
         fit_federated(dask_client, bad, **params)
+
+
+# --------------------------------------------------------------------------- #
+# sparse input, verbose (issue 17)                                             #
+# --------------------------------------------------------------------------- #
+
+
+def _sparse_blobs(rng, n=300, d=400, density=0.004, n_classes=3):
+    """Sparse rows (uneven counts, some empty) whose classes own different features."""
+    import scipy.sparse as sp
+
+    y = rng.integers(0, n_classes, size=n)
+    X = sp.random(
+        n, d, density=density, format="lil", dtype=np.float64, random_state=int(rng.integers(1 << 30))
+    )
+    for c in range(n_classes):  # a class signature on a few features of its own
+        rows = np.flatnonzero(y == c)
+        X[rows[:, None], np.arange(c * 10, c * 10 + 3)] = rng.random((rows.size, 3)) * 5
+    return X.tocsr(), y
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_sparse_input_equals_dense_bit_for_bit(rng, normalize, dtype):
+    X, y = _sparse_blobs(rng)
+    X = X.astype(dtype)
+    params = dict(k=12, normalize=normalize, batch_size=128, random_state=0, device="cpu")
+    dense = FlyNNClassifier(**params).fit(X.toarray(), y)
+    Xt, yt = _sparse_blobs(rng, n=90)
+    Xt = Xt.astype(dtype)
+    for fmt in ("csr", "csc", "coo"):
+        sparse = FlyNNClassifier(**params).fit(X.asformat(fmt), y)
+        assert np.array_equal(sparse.counts_, dense.counts_)
+        assert np.array_equal(sparse.novelty(Xt.asformat(fmt)), dense.novelty(Xt.toarray()))
+        assert np.array_equal(sparse.predict_proba(Xt.asformat(fmt)), dense.predict_proba(Xt.toarray()))
+        assert np.array_equal(sparse.predict(Xt.asformat(fmt)), dense.predict(Xt.toarray()))
+    assert dense.score(Xt.toarray(), yt) == sparse.score(Xt, yt)
+    # streaming a sparse matrix in pieces gives the same counts as well
+    streamed = FlyNNClassifier(**params)
+    for part in np.array_split(np.arange(X.shape[0]), 3):
+        streamed.partial_fit(X[part], y[part], classes=np.unique(y))
+    assert np.array_equal(streamed.counts_, dense.counts_)
+    assert dense.score(Xt.toarray(), yt) > 0.6  # the sparse signal is learnt at all
+
+
+def test_sparse_input_is_hashed_without_densifying_when_not_normalised(rng, monkeypatch):
+    from sknn_gpu.fly import _flyhash_cpu
+
+    X, y = _sparse_blobs(rng, density=0.002)
+    seen = []
+    real = _flyhash_cpu._sparse_activations
+    monkeypatch.setattr(
+        _flyhash_cpu, "_sparse_activations", lambda fh, Xb, t: seen.append(Xb.format) or real(fh, Xb, t)
+    )
+    FlyNNClassifier(k=12, normalize=False, random_state=0, device="cpu").fit(X, y).predict(X)
+    assert seen and set(seen) == {"csr"}
+    seen.clear()
+    FlyNNClassifier(k=12, normalize=True, random_state=0, device="cpu").fit(X, y)  # centring fills rows
+    assert seen == []
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("normalize", [True, False])
+def test_cupyx_sparse_input_equals_cpu_dense(rng, normalize):
+    import cupyx.scipy.sparse as csp
+
+    X, y = _sparse_blobs(rng)
+    params = dict(k=12, normalize=normalize, batch_size=128, random_state=0)
+    cpu = FlyNNClassifier(**params, device="cpu").fit(X.toarray(), y)
+    gpu = FlyNNClassifier(**params, device="cuda").fit(csp.csr_matrix(X), y)
+    assert np.array_equal(to_host(gpu.counts_), cpu.counts_)
+    Xt, _ = _sparse_blobs(rng, n=90)
+    for fmt in ("csr", "csc"):
+        Xd = csp.csr_matrix(Xt) if fmt == "csr" else csp.csc_matrix(Xt)
+        assert np.array_equal(to_host(gpu.predict(Xd)), cpu.predict(Xt.toarray()))
+        assert np.array_equal(to_host(gpu.novelty(Xd)), cpu.novelty(Xt.toarray()))
+    host_sparse = FlyNNClassifier(**params, device="cuda").fit(X, y)  # SciPy CSR onto the GPU
+    assert np.array_equal(to_host(host_sparse.counts_), cpu.counts_)
+
+
+@pytest.mark.parametrize("verbose", [0, 1, 2])
+def test_verbose_reports_batches(caplog, rng, verbose):
+    import logging
+
+    X, y = _blobs(rng, n=250)
+    clf = FlyNNClassifier(k=8, batch_size=100, random_state=0, device="cpu", verbose=verbose)
+    with caplog.at_level(logging.INFO, logger="sknn_gpu"):
+        clf.fit(X, y)
+        clf.partial_fit(X[:50], y[:50])
+        clf.predict(X)
+        clf.predict_proba(X[:30])
+    msgs = [r.getMessage() for r in caplog.records if r.name == "sknn_gpu.fly"]
+    if verbose == 0:
+        assert msgs == []
+        return
+    summaries = [m for m in msgs if " batches in " in m]
+    assert [m.split(":")[0] for m in summaries] == [
+        "FlyNNClassifier.fit",
+        "FlyNNClassifier.partial_fit",
+        "FlyNNClassifier.predict",
+        "FlyNNClassifier.predict_proba",
+    ]
+    assert summaries[0].startswith("FlyNNClassifier.fit: 3 batches in ")
+    assert summaries[0].endswith("samples=250, classes=4")
+    assert summaries[2].startswith("FlyNNClassifier.predict: 3 batches in ")
+    steps = [m for m in msgs if m not in summaries]
+    if verbose == 1:
+        assert steps == []
+    else:
+        assert steps[:3] == [
+            "FlyNNClassifier.fit 1/3: rows=100",
+            "FlyNNClassifier.fit 2/3: rows=100",
+            "FlyNNClassifier.fit 3/3: rows=50",
+        ]
+        assert len(steps) == 3 + 1 + 3 + 1

@@ -14,6 +14,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import to_device, to_host
 from .._dask import is_dask_collection
+from .._progress import Progress
 from ._flynn import HASH_PARAMS, FlyNNClassifier, _label_kind
 
 __all__ = ["merge_flynn", "fit_federated"]
@@ -249,7 +250,10 @@ def fit_federated(client, shards, **params):
           block of ``y``) is one party.
     **params
         FlyNNClassifier parameters, shared by every party. ``random_state`` must
-        be an integer (parties must draw the same projection).
+        be an integer (parties must draw the same projection). ``verbose`` reports
+        on the client: at 1 one line when all parties are merged, at 2 also a line
+        per party as it finishes (its shard and samples); the parties' own fits stay
+        silent.
 
     Returns
     -------
@@ -283,15 +287,24 @@ def fit_federated(client, shards, **params):
             "fit_federated needs an integer random_state shared by every party, got "
             f"{full['random_state']!r}."
         )
-    futures = _submit(client, shards, full)
+    futures = _submit(client, shards, {**full, "verbose": 0})  # the client reports, parties stay quiet
     if not futures:
         raise ValueError("fit_federated needs at least one shard.")
+    bar = Progress(FlyNNClassifier, "fit_federated", len(futures), full["verbose"], unit="parties")
+    if full["verbose"]:  # report the parties as they finish (their counts come back anyway)
+        from distributed import as_completed
+
+        shard_of = {f.key: i for i, f in enumerate(futures)}
+        for fut in as_completed(futures):
+            bar.update(shard=shard_of[fut.key], samples=fut.result()["n_samples"])
     results = client.gather(futures)
     n_features = {r["n_features"] for r in results}
     if len(n_features) != 1:
         raise ValueError(f"Shards have different numbers of features: {sorted(n_features)}.")
     parts = [(r["classes"], r["counts"], r["n_features"]) for r in results]
-    return _combine(FlyNNClassifier(**full), parts, [f"shard {i}" for i in range(len(parts))])
+    clf = _combine(FlyNNClassifier(**full), parts, [f"shard {i}" for i in range(len(parts))])
+    bar.close(samples=sum(r["n_samples"] for r in results), classes=len(clf.classes_))
+    return clf
 
 
 def _submit(client, shards, params):

@@ -43,6 +43,7 @@ from .._backend import (
     is_cupy_sparse,
     is_device_array,
 )
+from .._progress import Progress
 from ..base import DeviceMixin
 from . import _flyhash_cpu, _flyhash_cuda
 from ._wta import wta
@@ -118,7 +119,16 @@ def _index_dtype(n_features):
 # Size estimate (issue 15: refuse oversize work before allocating)              #
 # --------------------------------------------------------------------------- #
 def flyhash_bytes(
-    device, n_features, n_components, n_connections, k, *, projection=False, n_samples=0, output="winners"
+    device,
+    n_features,
+    n_components,
+    n_connections,
+    k,
+    *,
+    projection=False,
+    n_samples=0,
+    output="winners",
+    sparse=False,
 ):
     """Host and device bytes FlyHash allocates, from the sizes alone.
 
@@ -140,6 +150,9 @@ def flyhash_bytes(
         Rows to hash.
     output : {'sparse', 'dense', 'packed', 'winners'}, default='winners'
         What the rows are hashed into (``'winners'``: the (n, k) index table).
+    sparse : bool, default=False
+        The rows are a sparse matrix (the CPU engine then also builds a
+        feature-to-units copy of the projection, once, for its sparse path).
 
     Returns
     -------
@@ -154,7 +167,9 @@ def flyhash_bytes(
         keys = min(m, max(1, _DRAW_BLOCK_BYTES // max(1, d))) * d * 8 * 3
         host += m * s * (4 + 4 + (8 if wide else 4)) + (m + 1) * (8 if wide else 4) + table + keys
         gpu += table if device == "cuda" else 0
-    work_host, work_gpu = engine(device).work_bytes(n_samples, d, m, k, output)
+    work_host, work_gpu = engine(device).work_bytes(n_samples, d, m, k, output, sparse=sparse)
+    if sparse and n_samples and device == "cpu":  # components_ by columns: int64 units, indptr, CSC copy
+        host += m * s * (8 + 4 + 4 + 4) + (d + 1) * 16
     return host + work_host, gpu + work_gpu
 
 
@@ -173,6 +188,10 @@ def check_footprint(footprint, device, what):
         check_memory(gpu, "cuda", what=what)
     else:
         check_memory(host + gpu, "cpu", what=what)
+
+
+def _is_sparse(X):
+    return sp.issparse(X) or is_cupy_sparse(X)
 
 
 def _csr_hash(indptr, indices, shape):
@@ -255,6 +274,12 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         ``sknn_gpu.config_context(output_type=...)`` (by default the input's type: NumPy
         in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host arrays;
         ``'cupy'`` always device arrays.
+    verbose : int or bool, default=0
+        Progress on the ``sknn_gpu.fly`` logger (:mod:`logging`, INFO): ``0`` is
+        silent; ``1`` (or True) logs one line per ``fit`` (the projection's size and
+        time) and per ``transform`` (rows, output, time), with a progress bar on a
+        terminal; ``2`` also logs a line per block of rows hashed (on a GPU each
+        block is then waited for, so that the line is true).
 
     Attributes
     ----------
@@ -317,6 +342,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
         **DeviceMixin._output_constraints,
+        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     }
 
     def __init__(
@@ -332,6 +358,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         random_state=None,
         device="auto",
         output_type=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.expansion_factor = expansion_factor
@@ -343,6 +370,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
         self.output_type = output_type
+        self.verbose = verbose
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
@@ -363,7 +391,11 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         """
         self._validate(X, reset=True)
         device = self._resolve_device()
-        return self._fit_projection(self.n_features_in_, device, check_random_state(self.random_state))
+        bar = Progress(self, f"{type(self).__name__}.fit", verbose=self.verbose, unit="units")
+        self._fit_projection(self.n_features_in_, device, check_random_state(self.random_state))
+        bar.n = self.n_components_  # one step: the projection, reported once
+        bar.close(n_connections=self.n_connections_, k=self.k_)
+        return self
 
     def _sizes(self, n_features):
         """Resolved ``(n_components, n_connections, k)`` for ``n_features`` inputs, checked."""
@@ -445,7 +477,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         input whose largest magnitude is below float32's smallest normal number
         (it would hash as (nearly) all zeros: every row alike).
         """
-        data = X.data if (sp.issparse(X) or is_cupy_sparse(X)) else X
+        data = X.data if _is_sparse(X) else X
         if data.size == 0:
             return
         xp = array_module(data)
@@ -462,7 +494,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
                 f"become 0, and every row would hash alike; {hint}."
             )
 
-    def _check_work(self, n_samples, output, caller):
+    def _check_work(self, n_samples, output, caller, sparse=False):
         """Refuse hashing ``n_samples`` rows into ``output`` when it cannot fit (before allocating)."""
         m = self.n_components_
         check_footprint(
@@ -474,6 +506,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
                 self.k_,
                 n_samples=n_samples,
                 output=output,
+                sparse=sparse,
             ),
             self.device_,
             what=f"{type(self).__name__}.{caller} of {n_samples} samples into {m} units (output={output!r})",
@@ -499,8 +532,12 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         Xv = self._validate(X, reset=False)
         self._check_float32_range(Xv)
         n = Xv.shape[0]
-        self._check_work(n, self.output, "transform")
-        out = self._output(engine(self.device_).transform(self, Xv, self.output, self.algorithm), X)
+        self._check_work(n, self.output, "transform", sparse=_is_sparse(Xv))
+        bar = Progress(self, f"{type(self).__name__}.transform", n, self.verbose, unit="rows")
+        progress = bar.update if self.verbose else None
+        hashed = engine(self.device_).transform(self, Xv, self.output, self.algorithm, progress=progress)
+        bar.close(output=self.output, device=self.device_)
+        out = self._output(hashed, X)
         if self.output == "sparse":
             return _csr_hash(*out, shape=(n, self.n_components_))
         return out

@@ -38,16 +38,16 @@ BLOCK_BYTES = 512 * 2**20
 # --------------------------------------------------------------------------- #
 # Engine interface                                                              #
 # --------------------------------------------------------------------------- #
-def transform(fh, X, output, algorithm):  # pragma: no cover - needs a GPU
+def transform(fh, X, output, algorithm, progress=None):  # pragma: no cover - needs a GPU
     """Hash the rows of ``X`` on the GPU: :func:`._flyhash_cpu.transform`'s contract.
 
     ``X`` may be on the host or the GPU (host rows are moved batch by batch); the
-    results are CuPy arrays.
+    results are CuPy arrays. ``progress(rows)`` is called after each input batch.
     """
     cupy = get_cupy()
     n = X.shape[0]
     m, k = fh.n_components_, fh.k_
-    w = words(fh, X, algorithm)
+    w = words(fh, X, algorithm, progress=progress)
     if output == "packed":
         return cupy.ascontiguousarray(w.view(cupy.uint8)[:, : (m + 7) // 8])
     if output == "dense":
@@ -59,16 +59,18 @@ def transform(fh, X, output, algorithm):  # pragma: no cover - needs a GPU
     return indptr, _indices(w, k, indptr)
 
 
-def winners(fh, X):  # pragma: no cover - needs a GPU
+def winners(fh, X, progress=None):  # pragma: no cover - needs a GPU
     """:func:`._flyhash_cpu.winners` on the GPU: int32 (n, k_) CuPy winner indices."""
-    return _indices(words(fh, X, "exact"), fh.k_, None)
+    return _indices(words(fh, X, "exact", progress=progress), fh.k_, None)
 
 
-def work_bytes(n_samples, n_features, n_components, k, output):
+def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
     """:func:`._flyhash_cpu.work_bytes` for this engine.
 
     Host: a batch of host input made dense, and the result if it goes back to the
     host. GPU: the input batch, the packed words, the fallback block, the result.
+    ``sparse`` changes nothing here: sparse batches are made dense batch by batch,
+    which the input batch already counts.
     """
     n, d, m = int(n_samples), int(n_features), int(n_components)
     if n == 0:
@@ -85,11 +87,14 @@ def work_bytes(n_samples, n_features, n_components, k, output):
     return batch + out, batch + 4 * n * mw + fallback + out
 
 
-def words(fh, X, algorithm, stats=None):  # pragma: no cover - needs a GPU
+def words(fh, X, algorithm, stats=None, progress=None):  # pragma: no cover - needs a GPU
     """uint32 (n, ceil(m/32)) packed winners on the GPU.
 
     ``stats`` (a dict), when given, receives ``fallback_rows``: rows the fused
-    kernel flagged and the materialised path finished.
+    kernel flagged and the materialised path finished. ``progress``, when given, is
+    called with the rows of each input batch once the batch is done: the batch is
+    waited for first (the fused kernel's flag count already waits, the materialised
+    path does not), so the report is true. Without it the launches are unchanged.
     """
     cupy = get_cupy()
     n, d = X.shape
@@ -131,11 +136,16 @@ def words(fh, X, algorithm, stats=None):  # pragma: no cover - needs a GPU
             if stats is not None:
                 stats["fallback_rows"] = stats.get("fallback_rows", 0) + n_flagged
             if n_flagged == 0:
+                if progress is not None:
+                    progress(b)
                 continue
             todo = cupy.nonzero(flags)[0]
         else:
             todo = None  # every row through the materialised path
         _finish_rows(fh, Xb, out, todo, algorithm)
+        if progress is not None:
+            cupy.cuda.get_current_stream().synchronize()
+            progress(b)
     return out_words
 
 

@@ -19,14 +19,16 @@ import copy
 from numbers import Integral, Real
 
 import numpy as np
+import scipy.sparse as sp
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval
 from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .._backend import array_module, is_device_array, to_device, to_host
+from .._backend import array_module, is_cupy_sparse, is_device_array, synchronize, to_device, to_host
 from .._dask import dask_rows
+from .._progress import Progress
 from ..base import DeviceClassifierMixin, DeviceMixin
 from . import _flynn_cpu, _flynn_cuda
 from ._flyhash import FlyHashTransformer, check_footprint, flyhash_bytes
@@ -177,6 +179,13 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         ``sknn_gpu.config_context(output_type=...)`` (by default the input's type: NumPy
         in, NumPy out; CuPy in, CuPy out); ``'numpy'`` always returns host arrays;
         ``'cupy'`` always device arrays.
+    verbose : int or bool, default=0
+        Progress on the ``sknn_gpu.fly`` logger (:mod:`logging`, INFO): ``0`` is
+        silent; ``1`` (or True) logs one line per ``fit``, ``partial_fit``,
+        prediction call and :func:`~sknn_gpu.fly.fit_federated` (batches or parties,
+        samples, time), with a progress bar on a terminal; ``2`` also logs a line per
+        batch of ``batch_size`` rows (per party for ``fit_federated``). On a GPU each
+        batch is then waited for, so that the line is true.
 
     Attributes
     ----------
@@ -240,6 +249,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
         **DeviceMixin._output_constraints,
+        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
     }
 
     def __init__(
@@ -256,6 +266,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         random_state=None,
         device="auto",
         output_type=None,
+        verbose=0,
     ):
         self.n_components = n_components
         self.expansion_factor = expansion_factor
@@ -268,6 +279,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.random_state = random_state
         self.device = device
         self.output_type = output_type
+        self.verbose = verbose
 
     # ------------------------------------------------------------------ #
     # validation helpers                                                   #
@@ -276,16 +288,21 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.allow_nan = False
+        tags.input_tags.sparse = True
         return tags
 
     def _validate_X(self, X, reset):
-        """Validate X (NumPy/SciPy via validate_data, CuPy by hand); returns it on its own device."""
+        """Validate X (NumPy/SciPy via validate_data, CuPy by hand); returns it on its own device.
+
+        Sparse input comes back as CSR (SciPy or cupyx), dense input C-ordered float.
+        """
         if not reset and self._is_ready_ndarray(X):
             return X
         if is_device_array(X):
-            return self._check_device_X(X, reset=reset, contiguous=True)
+            X = self._check_device_X(X, reset=reset, contiguous=True, accept_sparse=True)
+            return X.tocsr() if is_cupy_sparse(X) and X.format != "csr" else X
         return validate_data(
-            self, X, reset=reset, dtype=[np.float64, np.float32], accept_sparse=False, order="C"
+            self, X, reset=reset, dtype=[np.float64, np.float32], accept_sparse="csr", order="C"
         )
 
     def _is_ready_ndarray(self, X):
@@ -429,23 +446,37 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             ),
         )
 
-    def _batch_winners(self, X):
+    def _progress(self, what, n_samples):
+        """The :class:`~sknn_gpu._progress.Progress` of ``what`` over the batches of ``n_samples`` rows."""
+        n_batches = -(-int(n_samples) // int(self.batch_size))
+        return Progress(self, f"{type(self).__name__}.{what}", n_batches, self.verbose, unit="batches")
+
+    def _batch_winners(self, X, bar=None):
         """Yield ``(start, winners)`` per batch of ``batch_size`` rows of validated ``X``.
 
         Each batch goes to ``device_``, is normalised if requested, and hashed by the
-        hasher's engine (int32 (b, k_) winner cells).
+        hasher's engine (int32 (b, k_) winner cells). A sparse batch is hashed as it is
+        without normalisation (FlyHash takes CSR) and made dense first with it
+        (centring fills every entry of a row). ``bar`` (a Progress) advances once the
+        caller is done with a batch; on a GPU the batch's work is waited for first
+        when ``verbose`` asks for reports.
         """
         if not self.normalize:  # raw inputs are summed in float32: refuse what it cannot hold
             self.hasher_._check_float32_range(X, hint="rescale X or use normalize=True")
         eng = engine(self.device_)
+        dense_first = self.normalize and (sp.issparse(X) or is_cupy_sparse(X))
         bs = int(self.batch_size)
         for start in range(0, X.shape[0], bs):  # loop over batches, not samples
-            Xb = to_device(X[start : start + bs], self.device_)
+            Xb = X[start : start + bs]
+            Xb = to_device(Xb.toarray() if dense_first else Xb, self.device_)
             if self.normalize:
                 Xb = eng.row_normalize(Xb)
             yield start, self.hasher_._winners(Xb)
+            if bar is not None and self.verbose:
+                synchronize(self.device_)
+                bar.update(rows=Xb.shape[0])
 
-    def _count(self, X, y_idx):
+    def _count(self, X, y_idx, bar=None):
         """Counts (n_classes, m) of the winners of ``X`` per class, summed over batches.
 
         A new array on ``device_``: the model is not touched, so an error half-way
@@ -455,7 +486,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         eng = engine(self.device_)
         n_classes = len(self.classes_)
         total = self._xp.zeros((n_classes, self.n_components_), dtype=np.int64)
-        for start, w in self._batch_winners(X):
+        for start, w in self._batch_winners(X, bar):
             total += eng.count(w, labels[start : start + w.shape[0]], n_classes, self.n_components_)
         return total
 
@@ -469,8 +500,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Training data (NumPy, SciPy-free dense, or CuPy).
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Training data: NumPy, CuPy, a SciPy/cupyx sparse matrix (hashed as CSR;
+            the same model as its dense copy, bit for bit).
         y : array-like of shape (n_samples,)
             Class labels.
 
@@ -490,7 +522,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.classes_ = np.unique(y_host)
         try:
             self._init_model(X.shape[1], X.shape[0])
-            self._set_counts(self._count(X, self._encode_y(y_host, X.shape[0])))
+            bar = self._progress("fit", X.shape[0])
+            self._set_counts(self._count(X, self._encode_y(y_host, X.shape[0]), bar))
+            bar.close(samples=X.shape[0], classes=len(self.classes_))
         except BaseException:
             self._forget()
             raise
@@ -502,8 +536,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            A batch of training data.
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            A batch of training data (as in :meth:`fit`).
         y : array-like of shape (n_samples,)
             Its labels; every label must be in ``classes``.
         classes : array-like of shape (n_classes,), default=None
@@ -525,13 +559,18 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         y_host = _host_labels(y)
         check_classification_targets(y_host)
         y_idx = self._encode_y(y_host, X.shape[0])
+        bar = None
         if not first:  # the model changes only once the new counts are complete
             self._check_size("partial_fit", X.shape[0])
-            self._set_counts(self.counts_ + self._count(X, y_idx))
+            bar = self._progress("partial_fit", X.shape[0])
+            self._set_counts(self.counts_ + self._count(X, y_idx, bar))
+            bar.close(samples=X.shape[0])
             return self
         try:
             self._init_model(X.shape[1], X.shape[0], caller="partial_fit")
-            self._set_counts(self._count(X, y_idx))
+            bar = self._progress("partial_fit", X.shape[0])
+            self._set_counts(self._count(X, y_idx, bar))
+            bar.close(samples=X.shape[0])
         except BaseException:
             self._forget()
             raise
@@ -548,13 +587,27 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         eng = engine(self.device_)
         filters_t = self._device_copy("_filters_t")
         out = self._xp.empty(n, dtype=np.int64)
-        for start, w in self._batch_winners(X):
+        bar = self._progress("predict", n)
+        for start, w in self._batch_winners(X, bar):
             eng.nearest_class(w, filters_t, out=out[start : start + w.shape[0]])
+        bar.close(samples=n)
         return out
 
     def _checked(self, X):
         check_is_fitted(self)
         return self._validate_X(X, reset=False)
+
+    def _novelty(self, X, what):
+        """Novelty (n, n_classes) of validated-or-not ``X`` for the public method ``what``."""
+        Xv = self._checked(X)
+        n = Xv.shape[0]
+        self._check_size("novelty", n, caller=what)
+        eng = engine(self.device_)
+        filters_t = self._device_copy("_filters_t")
+        bar = self._progress(what, n)
+        outs = [eng.novelty(w, filters_t) for _, w in self._batch_winners(Xv, bar)]
+        bar.close(samples=n)
+        return self._output(outs[0] if len(outs) == 1 else self._xp.concatenate(outs), X)
 
     @dask_rows(_per_class)
     def novelty(self, X):
@@ -562,21 +615,17 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Samples to compare with the class filters (NumPy, CuPy, or Dask by rows).
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples to compare with the class filters (NumPy, CuPy, sparse, or Dask by
+            rows).
 
         Returns
         -------
         novelty : array of shape (n_samples, n_classes), float64
             ``h(x) . w_l``: lower means more familiar. NumPy in, NumPy out;
-            CuPy in, CuPy out.
+            CuPy in, CuPy out; Dask in, Dask out (lazy).
         """
-        Xv = self._checked(X)
-        self._check_size("novelty", Xv.shape[0])
-        eng = engine(self.device_)
-        filters_t = self._device_copy("_filters_t")
-        outs = [eng.novelty(w, filters_t) for _, w in self._batch_winners(Xv)]
-        return self._output(outs[0] if len(outs) == 1 else self._xp.concatenate(outs), X)
+        return self._novelty(X, "novelty")
 
     @dask_rows(_decision_columns)
     def decision_function(self, X):
@@ -584,8 +633,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Samples to score.
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples to score (NumPy, CuPy, sparse, or Dask by rows).
 
         Returns
         -------
@@ -593,7 +642,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             ``-novelty``; for two classes, ``novelty_0 - novelty_1`` (positive
             means ``classes_[1]``), following scikit-learn's binary convention.
         """
-        nov = self.novelty(X)
+        nov = self._novelty(X, "decision_function")
         if nov.shape[1] == 2:
             return nov[:, 0] - nov[:, 1]
         return -nov
@@ -604,15 +653,16 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Samples whose class probabilities are wanted.
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples whose class probabilities are wanted (NumPy, CuPy, sparse, or Dask
+            by rows).
 
         Returns
         -------
         proba : array of shape (n_samples, n_classes)
             Rows sum to 1; columns follow ``classes_``.
         """
-        nov = self.novelty(X)
+        nov = self._novelty(X, "predict_proba")
         z = -nov / float(self.k_)
         z = z - z.max(axis=1, keepdims=True)
         e = array_module(z).exp(z)
@@ -640,8 +690,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
         Parameters
         ----------
-        X : array-like of shape (n_samples, n_features)
-            Samples (NumPy, CuPy or a Dask array chunked by rows).
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples (NumPy, CuPy, sparse, or a Dask array chunked by rows).
 
         Returns
         -------
