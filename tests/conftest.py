@@ -32,3 +32,21 @@ def rng(request):
     """
     seed = zlib.crc32(request.node.nodeid.encode())
     return np.random.default_rng(seed)
+
+
+@pytest.fixture(scope="session")
+def dask_client():
+    """One two-process ``distributed.LocalCluster`` for the whole test session.
+
+    Processes, not threads: every block then runs on a pickled copy of the estimator in
+    another interpreter, as on a real cluster. Started on first use (tests that need no
+    Dask never pay for it); skipped when ``distributed`` is not installed.
+    """
+    distributed = pytest.importorskip("distributed")
+    with (
+        distributed.LocalCluster(
+            processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
+        yield client

@@ -361,18 +361,6 @@ def test_gridsearch_n_jobs_2(digits):
     assert np.allclose(gs.cv_results_["mean_test_score"], serial.cv_results_["mean_test_score"])
 
 
-@pytest.fixture(scope="module")
-def dask_client():
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            processes=False, n_workers=2, threads_per_worker=1, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
-
-
 def test_gridsearch_with_joblib_dask_backend(digits, dask_client):
     import joblib
 

@@ -16,17 +16,6 @@ UNEVEN = (130, 0, 41, 229, 0, 200)  # 600 rows: uneven blocks and two empty ones
 
 
 @pytest.fixture(scope="module")
-def client():
-    with (
-        distributed.LocalCluster(
-            processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
-
-
-@pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(7)
     C, L = 6, 40
@@ -57,7 +46,7 @@ def _same_memory(a, b):
 
 @pytest.mark.parametrize("cluster_size", [None, 50])
 @pytest.mark.parametrize("rows", [UNEVEN, (600,), (1,) * 7 + (593,)])
-def test_dask_fit_equals_one_in_memory_fit(client, data, cluster_size, rows):
+def test_dask_fit_equals_one_in_memory_fit(dask_client, data, cluster_size, rows):
     msgs, _ = data
     params = dict(device="cpu", random_state=3, cluster_size=cluster_size)
     ref = GBNNMemory(**params).fit(msgs)
@@ -66,7 +55,7 @@ def test_dask_fit_equals_one_in_memory_fit(client, data, cluster_size, rows):
     assert dist.cluster_size_ == (40 if cluster_size is None else 50)
 
 
-def test_dask_fit_moves_only_w_to_the_client(client, data, monkeypatch):
+def test_dask_fit_moves_only_w_to_the_client(dask_client, data, monkeypatch):
     """The messages are never materialised on the client; what the computes return is
     one largest symbol per tree root (cluster_size inferred) and one W with a count."""
     import dask
@@ -95,7 +84,7 @@ def test_dask_fit_moves_only_w_to_the_client(client, data, monkeypatch):
     _same_memory(mem, GBNNMemory(device="cpu", random_state=0).fit(msgs))
 
 
-def test_dask_partial_fit_ors_into_the_memory(client, data):
+def test_dask_partial_fit_ors_into_the_memory(dask_client, data):
     msgs, _ = data
     ref = GBNNMemory(device="cpu", random_state=1, cluster_size=40).fit(msgs)
     mem = GBNNMemory(device="cpu", random_state=1, cluster_size=40).partial_fit(msgs[:250])
@@ -112,7 +101,7 @@ def test_dask_partial_fit_ors_into_the_memory(client, data):
     assert again.n_messages_seen_ == 700
 
 
-def test_dask_predict_retrieve_score_equal_in_memory(client, data):
+def test_dask_predict_retrieve_score_equal_in_memory(dask_client, data):
     msgs, probes = data
     mem = GBNNMemory(device="cpu", random_state=2).fit(msgs)
     dP = _dask(probes)
@@ -135,7 +124,7 @@ def test_dask_predict_retrieve_score_equal_in_memory(client, data):
     assert mem.score(dP, da.from_array(msgs, chunks=(250, 6))) == expected  # other chunks: rechunked
 
 
-def test_dask_input_refusals(client, data):
+def test_dask_input_refusals(dask_client, data):
     msgs, probes = data
     mem = GBNNMemory(device="cpu", random_state=0).fit(msgs)
     W = mem.W_.copy()
@@ -170,7 +159,7 @@ def test_dask_input_refusals(client, data):
     assert mem.n_messages_seen_ == 600
 
 
-def test_dask_fit_reports_one_summary_line(client, data, caplog):
+def test_dask_fit_reports_one_summary_line(dask_client, data, caplog):
     msgs, _ = data
     with caplog.at_level(logging.INFO, logger="sknn_gpu.memory"):
         GBNNMemory(device="cpu", random_state=0, verbose=1).fit(_dask(msgs))
@@ -179,7 +168,7 @@ def test_dask_fit_reports_one_summary_line(client, data, caplog):
     assert lines[0].startswith("fit (dask): 4 blocks in ") and "messages=600" in lines[0]
 
 
-def test_reduction_tree_is_exercised(client, data, monkeypatch):
+def test_reduction_tree_is_exercised(dask_client, data, monkeypatch):
     """More blocks than the fan-in: the OR runs in two levels and still equals one fit."""
     msgs, _ = data
     monkeypatch.setattr(_gbnn_dask, "SPLIT_EVERY", 2)
@@ -189,7 +178,7 @@ def test_reduction_tree_is_exercised(client, data, monkeypatch):
 
 
 @pytest.mark.cuda
-def test_dask_on_cupy_chunks_equals_one_gpu_fit(client, data):
+def test_dask_on_cupy_chunks_equals_one_gpu_fit(dask_client, data):
     import cupy as cp
 
     msgs, probes = data

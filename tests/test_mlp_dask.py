@@ -22,18 +22,6 @@ CHUNKS = (100, 0, 137, 63, 0, 150, 50)
 
 
 @pytest.fixture(scope="module")
-def client():
-    distributed = pytest.importorskip("distributed")
-    with (
-        distributed.LocalCluster(
-            processes=True, n_workers=2, threads_per_worker=1, dashboard_address=None
-        ) as cluster,
-        distributed.Client(cluster) as client,
-    ):
-        yield client
-
-
-@pytest.fixture(scope="module")
 def models():
     """Fitted models of every output kind, and data to predict (500 rows)."""
     X, y = load_digits(return_X_y=True)
@@ -60,7 +48,7 @@ CASES = ["multiclass", "binary", "strings", "multilabel", "float32"]
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_predict_methods_on_dask_equal_in_memory(client, models, case):
+def test_predict_methods_on_dask_equal_in_memory(dask_client, models, case):
     clf, X, _ = models[case]
     dX = da.from_array(X, chunks=(CHUNKS, -1))
     for method in ("predict", "predict_proba", "predict_log_proba"):
@@ -70,7 +58,7 @@ def test_predict_methods_on_dask_equal_in_memory(client, models, case):
         assert out.shape == ref.shape and out.dtype == ref.dtype, method
         assert isinstance(out._meta, np.ndarray)
         assert out.chunks[0] == CHUNKS
-        got = client.compute(out).result()  # on the two worker processes
+        got = dask_client.compute(out).result()  # on the two worker processes
         assert isinstance(got, np.ndarray) and got.dtype == ref.dtype
         if method == "predict":
             np.testing.assert_array_equal(got, ref)  # labels: bit for bit
@@ -80,7 +68,7 @@ def test_predict_methods_on_dask_equal_in_memory(client, models, case):
 
 
 @pytest.mark.parametrize("case", ["multiclass", "multilabel"])
-def test_score_on_dask_equals_in_memory(client, models, case):
+def test_score_on_dask_equals_in_memory(dask_client, models, case):
     clf, X, y = models[case]
     dX = da.from_array(X, chunks=(CHUNKS, -1))
     dy = da.from_array(y, chunks=(CHUNKS,) + ((y.shape[1],) if y.ndim == 2 else ()))
@@ -93,7 +81,7 @@ def test_score_on_dask_equals_in_memory(client, models, case):
     assert weighted == clf.score(X, y, sample_weight=w)
 
 
-def test_single_empty_and_one_row_blocks(client, models):
+def test_single_empty_and_one_row_blocks(dask_client, models):
     clf, X, _ = models["multiclass"]
     one = da.from_array(X[:1], chunks=(1, -1))
     np.testing.assert_array_equal(clf.predict(one).compute(), clf.predict(X[:1]))

@@ -43,9 +43,11 @@ from .._backend import (
     is_cupy_sparse,
     is_device_array,
 )
+from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from ..base import DeviceMixin
 from . import _flyhash_cpu, _flyhash_cuda
+from ._fly_dask import check_X as check_dask_X
 from ._wta import wta
 
 __all__ = ["FlyHashTransformer", "wta", "engine", "flyhash_bytes", "check_footprint"]
@@ -188,6 +190,16 @@ def check_footprint(footprint, device, what):
         check_memory(gpu, "cuda", what=what)
     else:
         check_memory(host + gpu, "cpu", what=what)
+
+
+def _hash_columns(est, X):
+    """Per-row shape and dtype of the hash (:func:`~sknn_gpu._dask.dask_rows`'s ``trailing``)."""
+    m = est.n_components_
+    if est.output == "packed":
+        return ((m + 7) // 8,), np.uint8
+    if est.output == "dense":
+        return (m,), np.uint8
+    return (m,), (np.float32 if is_device_array(X._meta) else bool)  # CSR blocks
 
 
 def _is_sparse(X):
@@ -381,6 +393,8 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Training data; only its number of features (and feature names) is used.
+            A Dask array is not computed: its width is all ``fit`` reads (its values
+            are checked blockwise by ``transform``).
         y : None
             Ignored.
 
@@ -458,7 +472,13 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------ validate
     def _validate(self, X, reset):
-        """Validated 2-D input: NumPy/SciPy through validate_data, CuPy checked here."""
+        """Validated 2-D input: NumPy/SciPy through validate_data, CuPy checked here.
+
+        A Dask array (``fit`` only) is checked from its metadata: nothing is computed.
+        """
+        if is_dask_collection(X):
+            check_dask_X(self, X, "fit", reset=reset, rows=False)
+            return X
         if is_device_array(X):
             return self._check_device_X(X, reset=reset, accept_sparse=True, cast_float=False)
         return validate_data(
@@ -519,15 +539,35 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            Real input, dense or sparse; NumPy/SciPy or CuPy/cupyx.
+            Real input, dense or sparse; NumPy/SciPy or CuPy/cupyx; or a Dask array
+            chunked by rows (hashed block by block on the workers, lazily).
 
         Returns
         -------
         H : sparse matrix, ndarray of uint8
             Shape ``(n_samples, n_components_)`` for ``output='sparse'`` or
             ``'dense'``; ``(n_samples, ceil(n_components_ / 8))`` for ``'packed'``.
-            CuPy input gives CuPy output.
+            CuPy input gives CuPy output. Dask input gives a lazy Dask array of the
+            same blocks (for ``'sparse'``, blocks of SciPy CSR — cupyx CSR on GPU
+            workers — with empty row blocks left out; ``compute()`` stacks them).
         """
+        if not is_dask_collection(X):
+            return self._hash(X)
+        check_is_fitted(self)
+        check_dask_X(self, X, "transform", reset=False)
+        if self.output != "sparse":
+            return self._hash(X)
+        import dask.array as da
+
+        nonempty = [i for i, n in enumerate(X.chunks[0]) if n]
+        H = self._hash(X.blocks[nonempty] if nonempty else X)
+        xp = array_module(X._meta)
+        meta = _csr_hash(xp.zeros(1, dtype=xp.int64), xp.zeros(0, dtype=xp.int32), (0, self.n_components_))
+        return da.Array(H.dask, H.name, H.chunks, meta=meta)
+
+    @dask_rows(_hash_columns)
+    def _hash(self, X):
+        """:meth:`transform` of in-memory ``X`` (a Dask array: block by block)."""
         check_is_fitted(self)
         Xv = self._validate(X, reset=False)
         self._check_float32_range(Xv)

@@ -27,10 +27,10 @@ from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classi
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from .._backend import array_module, is_cupy_sparse, is_device_array, synchronize, to_device, to_host
-from .._dask import dask_rows
+from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from ..base import DeviceClassifierMixin, DeviceMixin
-from . import _flynn_cpu, _flynn_cuda
+from . import _fly_dask, _flynn_cpu, _flynn_cuda
 from ._flyhash import FlyHashTransformer, check_footprint, flyhash_bytes
 
 __all__ = ["FlyNNClassifier", "engine"]
@@ -502,9 +502,11 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
             Training data: NumPy, CuPy, a SciPy/cupyx sparse matrix (hashed as CSR;
-            the same model as its dense copy, bit for bit).
+            the same model as its dense copy, bit for bit), or a Dask array chunked
+            by rows: then every block is counted on the worker that holds it and
+            only count tables reach the client (the same model bit for bit).
         y : array-like of shape (n_samples,)
-            Class labels.
+            Class labels (a Dask array, or in memory, with Dask ``X``).
 
         Returns
         -------
@@ -512,6 +514,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             Fitted estimator.
         """
         self._forget()
+        if is_dask_collection(X):
+            return self._fit_dask(X, y, "fit", first=True)
         X = self._validate_X(X, reset=True)
         y_host = _host_labels(y)
         check_classification_targets(y_host)
@@ -537,7 +541,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Parameters
         ----------
         X : {array-like, sparse matrix} of shape (n_samples, n_features)
-            A batch of training data (as in :meth:`fit`).
+            A batch of training data (as in :meth:`fit`, Dask arrays included).
         y : array-like of shape (n_samples,)
             Its labels; every label must be in ``classes``.
         classes : array-like of shape (n_classes,), default=None
@@ -555,6 +559,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             classes = _host_labels(classes, "classes")
             check_classification_targets(classes)
         _check_partial_fit_first_call(self, classes)
+        if is_dask_collection(X):
+            return self._fit_dask(X, y, "partial_fit", first=first)
         X = self._validate_X(X, reset=first)
         y_host = _host_labels(y)
         check_classification_targets(y_host)
@@ -573,6 +579,33 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             bar.close(samples=X.shape[0])
         except BaseException:
             self._forget()
+            raise
+        return self
+
+    def _fit_dask(self, X, y, what, first):
+        """``fit``/``partial_fit`` of Dask ``X``: counts per block on the workers, summed in a tree.
+
+        The client checks the metadata, gathers the class labels (``fit``) and draws
+        the projection; each worker validates and counts its blocks with the
+        in-memory code (:mod:`._fly_dask`). The model changes only once the summed
+        counts are back; a first call that fails leaves the estimator unfitted.
+        """
+        d = _fly_dask.check_X(self, X, what, reset=first)
+        y = _fly_dask.aligned(y, X)
+        try:
+            if what == "fit":
+                classes = _fly_dask.classes(X, y)
+                check_classification_targets(classes)
+                self.classes_ = classes
+            if first:
+                self._init_model(d, 0, caller=what)
+            bar = Progress(self, f"{type(self).__name__}.{what} (dask)", verbose=self.verbose, unit="blocks")
+            total, n, bar.n = _fly_dask.counts(self, X, y, what)
+            self._set_counts(total if first else self.counts_ + total)
+            bar.close(samples=n, classes=len(self.classes_))
+        except BaseException:
+            if first:
+                self._forget()
             raise
         return self
 
@@ -704,6 +737,30 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             # numeric labels are looked up where the indices are, then follow the input
             return self._output(self._device_copy("classes_")[idx], X)
         return self.classes_[to_host(idx)]  # string labels stay on the host (CuPy cannot hold them)
+
+    def score(self, X, y, sample_weight=None):
+        """Mean accuracy of :meth:`predict` on ``X`` against ``y``.
+
+        Parameters
+        ----------
+        X : {array-like, sparse matrix} of shape (n_samples, n_features)
+            Samples: NumPy, CuPy, sparse, or a Dask array chunked by rows (predicted
+            blockwise on the workers; two numbers per block reach the client).
+        y : array-like of shape (n_samples,)
+            True labels (NumPy, CuPy, or Dask with Dask ``X``).
+        sample_weight : array-like of shape (n_samples,), default=None
+            Sample weights.
+
+        Returns
+        -------
+        score : float
+            Fraction of correct predictions (weighted with ``sample_weight``); on Dask
+            input, unweighted, exactly the in-memory value.
+        """
+        if is_dask_collection(X):
+            check_is_fitted(self)
+            return _fly_dask.score(self, X, y, sample_weight)
+        return super().score(X, y, sample_weight=sample_weight)
 
     # ------------------------------------------------------------------ #
     # differential privacy                                                 #
