@@ -46,6 +46,25 @@ def _meta_module(X):
     return np
 
 
+def _effective_output_type(est):
+    """The output type a block must produce: the estimator's own, else the client's config."""
+    from ._backend import get_config
+
+    own = getattr(est, "output_type", None)
+    return own if own is not None else get_config()["output_type"]
+
+
+def _result_module(X, output_type):
+    """NumPy or CuPy: the array module of the blocks the method returns."""
+    if output_type == "numpy":
+        return np
+    if output_type == "cupy":
+        import cupy
+
+        return cupy
+    return _meta_module(X)
+
+
 def dask_rows(trailing, sample_axes=1):
     """Decorator: run ``method(self, X)`` block by block when ``X`` is a Dask array.
 
@@ -68,13 +87,22 @@ def dask_rows(trailing, sample_axes=1):
             check_row_chunks(X, name, sample_axes)
             shape, dtype = trailing(self, X)
             shape, dtype = tuple(shape), np.dtype(dtype)
-            xp = _meta_module(X)
-            bound = getattr(self, method.__name__)
+            out_type = _effective_output_type(self)
+            xp = _result_module(X, out_type)
+            import dask
 
-            def block(b):
+            # the estimator is one graph key: pickled once and shipped once per worker,
+            # not inside every block's task
+            shared = dask.delayed(self, traverse=False)
+            meth = method.__name__
+
+            def block(b, est):
                 if b.shape[0] == 0:
                     return xp.empty((0,) + shape, dtype=dtype)
-                return bound(b, *args, **kwargs)
+                from ._backend import config_context
+
+                with config_context(output_type=out_type):  # the client's setting, on the worker
+                    return getattr(est, meth)(b, *args, **kwargs)
 
             lead = X.chunks[:sample_axes]
             meta = xp.empty((0,) * (sample_axes + len(shape)), dtype=dtype)
@@ -85,7 +113,7 @@ def dask_rows(trailing, sample_axes=1):
                 axes["drop_axis"] = tuple(range(n_out, n_in))
             elif n_out > n_in:
                 axes["new_axis"] = tuple(range(n_in, n_out))
-            return X.map_blocks(block, dtype=dtype, chunks=chunks, meta=meta, **axes)
+            return X.map_blocks(block, shared, dtype=dtype, chunks=chunks, meta=meta, **axes)
 
         return wrapper
 

@@ -58,3 +58,44 @@ def test_feature_axis_chunks_are_refused_with_the_fix():
     X = da.zeros((10, 6), chunks=(5, 3))
     with pytest.raises(ValueError, match=r"chunked along axis 1.*X.rechunk\(\{1: -1\}\)"):
         _Est().labels(X)
+
+
+class _Typed(_Est):
+    output_type = None
+
+    @dask_rows(lambda est, X: ((), np.float64))
+    def seen_config(self, X):
+        from sknn_gpu import get_config
+
+        # one value per row: 1.0 when the block ran under the client's output_type
+        return np.full(len(X), get_config()["output_type"] == "numpy", dtype=np.float64)
+
+
+def test_estimator_is_one_graph_key_shared_by_all_blocks(rng):
+    cloudpickle = pytest.importorskip("cloudpickle")
+
+    est = _Est()
+    est.payload = np.zeros(1 << 17)  # 1 MiB of fitted state
+    dX = da.from_array(rng.standard_normal((40, 3)), chunks=(5, 3))  # 8 blocks
+    out = est.labels(dX)
+    graph = dict(out.__dask_graph__())
+    holders = [k for k, v in graph.items() if isinstance(getattr(v, "value", None), _Est)]
+    assert len(holders) == 1  # the estimator sits in the graph once ...
+    blocks = [v for k, v in graph.items() if k[0] == out.name]
+    assert len(blocks) == 8
+    for task in blocks:  # ... every block refers to it by key, none carries a copy
+        assert holders[0] in task.dependencies
+        assert len(cloudpickle.dumps(task)) < 20_000
+
+
+def test_output_type_of_the_client_config_reaches_the_blocks(rng):
+    from sknn_gpu import config_context
+
+    est = _Typed()
+    dX = da.from_array(rng.standard_normal((12, 3)), chunks=(4, 3))
+    with config_context(output_type="numpy"):
+        out = est.seen_config(dX)  # built under the config ...
+    assert out.compute().tolist() == [1.0] * 12  # ... computed outside it, still honoured
+    assert est.seen_config(dX).compute().tolist() == [0.0] * 12
+    est.output_type = "numpy"  # the estimator's own parameter wins
+    assert est.seen_config(dX).compute().tolist() == [1.0] * 12
