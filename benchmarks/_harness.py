@@ -85,6 +85,18 @@ def time_call(fn, repeat=20, warmup=3, device="cpu"):
     return time_cpu(synced, repeat=repeat, warmup=warmup)
 
 
+def local_cluster(gpu, n_workers):
+    """A Dask cluster of ``n_workers``: one worker per GPU (``dask_cuda.LocalCUDACluster``
+    on GPUs 0..n-1), or single-threaded CPU worker processes."""
+    if gpu:
+        from dask_cuda import LocalCUDACluster
+
+        return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n_workers)), dashboard_address=None)
+    from distributed import LocalCluster
+
+    return LocalCluster(processes=True, n_workers=n_workers, threads_per_worker=1, dashboard_address=None)
+
+
 def fmt_time(s):
     if s is None:
         return "—"

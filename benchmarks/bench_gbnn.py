@@ -25,6 +25,7 @@ from _harness import (
     environment_header,
     floor_seconds,
     fmt_time,
+    local_cluster,
     parse_args,
     time_call,
     time_cpu,
@@ -211,17 +212,6 @@ def scenario(C, L, M, K, e, gpu, cpu_rules, peer_rules, quick):
 
 
 # ------------------------------------------------------------------ Dask scale-out (issue 18)
-def _local_cluster(gpu, n_workers):
-    """One worker per GPU (``dask_cuda.LocalCUDACluster``), or CPU worker processes."""
-    if gpu:
-        from dask_cuda import LocalCUDACluster
-
-        return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n_workers)), dashboard_address=None)
-    from distributed import LocalCluster
-
-    return LocalCluster(processes=True, n_workers=n_workers, threads_per_worker=1, dashboard_address=None)
-
-
 def dask_scaling(C, L, M, K, e, chunk, gpu):
     """``predict`` of K probes: in memory on one device, then Dask on one worker and on
     every GPU of the host (2 CPU worker processes without a GPU); a distributed ``fit``
@@ -268,7 +258,7 @@ def dask_scaling(C, L, M, K, e, chunk, gpu):
     fits.add("fit in memory", device, time_call(lambda: mem.fit(msgs), repeat=5, warmup=1, device=device))
     for n in counts:
         unit = "GPU" if gpu else "CPU worker"
-        with _local_cluster(gpu, n) as cluster, Client(cluster) as client:
+        with local_cluster(gpu, n) as cluster, Client(cluster) as client:
             dP = da.from_array(probes, chunks=(chunk, -1))
             dM = da.from_array(msgs, chunks=(max(1, M // (4 * n)), -1))
             if gpu:
