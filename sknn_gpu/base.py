@@ -25,6 +25,8 @@ __all__ = ["DeviceMixin", "DeviceClassifierMixin", "DeviceRegressorMixin", "host
 
 #: key of the sknn_gpu version stamped into every pickle (beside scikit-learn's own)
 _VERSION_KEY = "_sknn_gpu_version"
+#: names of the state entries that held CuPy arrays when pickled (they go back to the GPU)
+_ON_DEVICE_KEY = "_sknn_gpu_on_device"
 
 
 def _map_arrays(obj, fn):
@@ -41,6 +43,12 @@ def _map_arrays(obj, fn):
 def host_state(obj):
     """Copy of ``obj`` with every CuPy array (dense or sparse) converted to NumPy/SciPy."""
     return _map_arrays(obj, lambda v: to_host(v) if is_device_array(v) else v)
+
+
+def _holds_device_array(obj):
+    found = []
+    _map_arrays(obj, lambda v: found.append(True) if is_device_array(v) else None)
+    return bool(found)
 
 
 def device_state(obj, device):
@@ -67,9 +75,9 @@ class DeviceMixin:
       depth in lists/dicts/tuples) to NumPy, so a model fitted on a GPU loads on a
       CPU-only machine. Transient caches named in ``_transient_attributes``
       (device copies, for instance) are dropped. On unpickling, a model whose
-      ``device_`` is 'cuda' moves the numeric arrays of its fitted attributes (except
-      those named in ``_host_attributes``) back to the GPU when one is usable, and
-      otherwise falls back to 'cpu' with a warning.
+      ``device_`` is 'cuda' moves exactly the attributes that held CuPy arrays when
+      it was pickled back to the GPU when one is usable (host attributes such as
+      ``classes_`` stay NumPy), and otherwise falls back to 'cpu' with a warning.
     """
 
     _device_constraints = {"device": [StrOptions({"auto", "cpu", "cuda"})]}
@@ -166,13 +174,16 @@ class DeviceMixin:
         state = dict(state)
         for key in self._transient_attributes:
             state.pop(key, None)
+        on_device = tuple(key for key, value in state.items() if _holds_device_array(value))
         state = {key: host_state(value) for key, value in state.items()}
         state[_VERSION_KEY] = __version__
+        state[_ON_DEVICE_KEY] = on_device
         return state
 
     def __setstate__(self, state):
         state = dict(state)
         pickled = state.pop(_VERSION_KEY, None)
+        on_device = state.pop(_ON_DEVICE_KEY, None)
         if pickled is not None and pickled != __version__:
             warnings.warn(
                 f"{type(self).__name__} was pickled with sknn_gpu {pickled} and is loaded with "
@@ -183,9 +194,14 @@ class DeviceMixin:
             )
         if state.get("device_") == "cuda":
             if cuda_available():
-                for key in list(state):
-                    fitted = key.endswith("_") and not key.startswith("_")
-                    if fitted and key not in self._host_attributes:
+                if on_device is None:  # an older pickle, without the record: public fitted arrays
+                    on_device = [
+                        key
+                        for key in state
+                        if key.endswith("_") and not key.startswith("_") and key not in self._host_attributes
+                    ]
+                for key in on_device:  # exactly what was on the GPU goes back (host classes_ stay)
+                    if key in state:
                         state[key] = device_state(state[key], "cuda")
             else:
                 warnings.warn(

@@ -126,22 +126,33 @@ def test_device_state_leaves_object_and_string_arrays_on_the_host(monkeypatch):
     assert state["w_"][0] == "dev" and moved == ["f"]
 
 
-def test_unpickling_on_a_gpu_box_keeps_host_attributes_on_the_host(monkeypatch):
-    """Simulated GPU box: numeric fitted arrays go to the device, declared host ones do not."""
+def test_unpickling_on_a_gpu_box_puts_back_exactly_what_was_on_the_device(monkeypatch):
+    """Simulated GPU box: the attributes that held device arrays go back; host ones (a NumPy
+    ``classes_``, say) stay NumPy. A pickle without the record falls back to the old rule:
+    public numeric fitted arrays except the declared ``_host_attributes``."""
     from sknn_gpu import base
 
     class Toy(_Toy):
         _host_attributes = ("kept_",)
 
-    monkeypatch.setattr(base, "cuda_available", lambda: True)
-    monkeypatch.setattr(base, "to_device", lambda v, device: ("dev", v))
     est = Toy(device="cpu").fit(np.ones((4, 2)))
     est.kept_ = np.arange(3)
+    est.classes_ = np.arange(2)  # on the host though the model is on the GPU
+    on_gpu = est.mean_
+    monkeypatch.setattr(base, "is_device_array", lambda v: v is on_gpu)
     state = est.__getstate__()
+    assert state[base._ON_DEVICE_KEY] == ("mean_", "parts_")  # parts_ holds mean_
     state["device_"] = "cuda"
+    monkeypatch.setattr(base, "cuda_available", lambda: True)
+    monkeypatch.setattr(base, "to_device", lambda v, device: ("dev", v))
     clone = Toy.__new__(Toy)
-    clone.__setstate__(state)
+    clone.__setstate__(dict(state))
     assert clone.mean_[0] == "dev"
+    assert isinstance(clone.kept_, np.ndarray) and isinstance(clone.classes_, np.ndarray)
+    old = {k: v for k, v in state.items() if k != base._ON_DEVICE_KEY}
+    clone = Toy.__new__(Toy)
+    clone.__setstate__(old)
+    assert clone.mean_[0] == "dev" and clone.classes_[0] == "dev"
     assert isinstance(clone.kept_, np.ndarray)
 
 

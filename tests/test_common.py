@@ -136,3 +136,26 @@ def test_output_type_numpy_and_cupy_on_the_gpu(cls):
     est.set_params(output_type="cupy")
     for out in _outputs(est, args):
         assert type(out).__module__.split(".")[0] in ("cupy", "cupyx"), type(out)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("cls", ESTIMATORS, ids=lambda c: c.__name__)
+def test_gpu_pickle_round_trip_keeps_every_attribute_where_it_was(cls):
+    """What was CuPy comes back CuPy, what was NumPy (``classes_``) stays NumPy; same outputs."""
+    import pickle
+
+    import scipy.sparse as sp
+
+    from sknn_gpu._backend import to_host
+
+    args, kwargs = _fit_data(cls)
+    est = make_instance(cls).set_params(device="cuda").fit(*args, **kwargs)
+    again = pickle.loads(pickle.dumps(est))
+    for name, value in vars(est).items():
+        if name in est._transient_attributes:
+            continue
+        assert type(getattr(again, name)) is type(value), name
+    for a, b in zip(_outputs(est, args), _outputs(again, args), strict=True):
+        assert type(a) is type(b)
+        a, b = to_host(a), to_host(b)
+        assert (a != b).nnz == 0 if sp.issparse(a) else np.array_equal(a, b)
