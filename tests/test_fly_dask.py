@@ -242,10 +242,13 @@ def test_flynn_dask_on_cupy_chunks_equals_cpu(digits):
     with dask.config.set(scheduler="synchronous"):
         gpu = _fly(device="cuda").fit(dX, y)
         pred = gpu.predict(dX).compute()
-        H = FlyHashTransformer(n_components=320, k=16, random_state=0, device="cuda").fit(dX)
+        H = _hasher(output="packed", device="cuda").fit(dX)
         codes = H.transform(dX).compute()
+        sparse_codes = _hasher(device="cuda").fit(dX).transform(dX).compute()  # cupyx CSR blocks
     cpu = _fly().fit(X, y)
     assert np.array_equal(cp.asnumpy(gpu.counts_), cpu.counts_)
     assert isinstance(pred, cp.ndarray) and np.array_equal(cp.asnumpy(pred), cpu.predict(X))
     assert isinstance(codes, cp.ndarray)
-    assert np.array_equal(cp.asnumpy(codes), _hasher().fit(X).transform(X))
+    assert np.array_equal(cp.asnumpy(codes), _hasher(output="packed").fit(X).transform(X))
+    assert type(sparse_codes).__module__.startswith("cupyx")
+    assert (sparse_codes.get() != _hasher().fit(X).transform(X)).nnz == 0
