@@ -15,7 +15,8 @@ persisted on the workers (as the in-memory result stays on its GPU), then compar
 the in-memory one: per-block SHA-256 digests of the codes, the count tables, the
 predictions. Times are medians (wall clock, synchronised).
 
-Without a GPU (or with ``--quick``) the sizes shrink and the cluster is 1 and 2 CPU
+``--chunk`` and ``--gbnn-chunk`` set the rows per Dask block (defaults 50,000 and
+250,000). Without a GPU (or with ``--quick``) the sizes shrink and the cluster is 1 and 2 CPU
 worker processes. Run: ``python benchmarks/bench_dask.py`` (needs the ``dask`` extra;
 ``dask-cuda`` for GPUs).
 """
@@ -159,7 +160,14 @@ def run(n_rows, chunk, hash_shape, gpu, worker_counts, repeat):
 
 
 def main(argv=None):
-    args = parse_args(__doc__.splitlines()[0], argv)
+    import argparse
+    import sys
+
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--chunk", type=int, default=50_000, help="rows per chunk (FlyHash, FlyNN)")
+    extra.add_argument("--gbnn-chunk", type=int, default=250_000, help="probes per chunk (GBNN)")
+    own, rest = extra.parse_known_args(sys.argv[1:] if argv is None else argv)
+    args = parse_args(__doc__.splitlines()[0], rest)
     print(environment_header() + "\n")
     try:
         import distributed  # noqa: F401
@@ -180,13 +188,13 @@ def main(argv=None):
     if args.quick or not gpu:
         run(40_000, 5_000, (784, 2_048, 39, 64), gpu, counts, repeat=3)
     else:
-        run(2_000_000, 50_000, (784, 25_088, 39, 1_254), gpu, counts, repeat=5)
+        run(2_000_000, own.chunk, (784, 25_088, 39, 1_254), gpu, counts, repeat=5)
     import bench_gbnn
 
     if args.quick or not gpu:
         bench_gbnn.dask_scaling(16, 512, 5_000, 20_000, 7, 5_000, gpu)
     else:
-        bench_gbnn.dask_scaling(16, 512, 50_000, 6_000_000, 7, 250_000, gpu)
+        bench_gbnn.dask_scaling(16, 512, 50_000, 6_000_000, 7, own.gbnn_chunk, gpu)
 
 
 if __name__ == "__main__":
