@@ -97,6 +97,24 @@ def local_cluster(gpu, n_workers):
     return LocalCluster(processes=True, n_workers=n_workers, threads_per_worker=1, dashboard_address=None)
 
 
+def persist_round_robin(client, *arrays):
+    """Persist Dask arrays with row block ``i`` of each on worker ``i mod n``: the data sit
+    evenly on the workers before the clock starts, as they would on a real cluster
+    (the scheduler alone may pile a few large blocks onto one worker)."""
+    import dask.array as da
+    from distributed import wait
+
+    workers = sorted(client.scheduler_info()["workers"])
+    out = []
+    for a in arrays:
+        parts = [
+            client.persist(a.blocks[i], workers=[workers[i % len(workers)]]) for i in range(a.numblocks[0])
+        ]
+        out.append(da.concatenate(parts, axis=0))
+    wait(out)
+    return out
+
+
 def fmt_time(s):
     if s is None:
         return "—"

@@ -10,7 +10,8 @@ Three workloads, each checked identical to the in-memory result:
 
 The data are generated block by block from per-block seeds (CuPy on the GPU), so the
 in-memory run and every Dask run hash exactly the same rows; on a cluster every block is
-made on the worker that holds it and persisted before the clock starts. Dask results are
+made on the worker that holds it (block i on worker i mod n) and persisted before the
+clock starts. Dask results are
 persisted on the workers (as the in-memory result stays on its GPU), then compared with
 the in-memory one: per-block SHA-256 digests of the codes, the count tables, the
 predictions. Times are medians (wall clock, synchronised).
@@ -24,7 +25,15 @@ worker processes. Run: ``python benchmarks/bench_dask.py`` (needs the ``dask`` e
 import hashlib
 
 import numpy as np
-from _harness import Table, environment_header, local_cluster, parse_args, time_call, time_cpu
+from _harness import (
+    Table,
+    environment_header,
+    local_cluster,
+    parse_args,
+    persist_round_robin,
+    time_call,
+    time_cpu,
+)
 
 from sknn_gpu import FlyHashTransformer, FlyNNClassifier
 from sknn_gpu._backend import cuda_available, to_host
@@ -123,9 +132,7 @@ def run(n_rows, chunk, hash_shape, gpu, worker_counts, repeat):
     for n in worker_counts:
         label = f"Dask, {n} {unit}{'s' if n > 1 else ''}"
         with local_cluster(gpu, n) as cluster, Client(cluster) as client:
-            dX, dy = _dask_data(sizes, d, gpu)
-            dX, dy = client.persist([dX, dy])
-            wait([dX, dy])
+            dX, dy = persist_round_robin(client, *_dask_data(sizes, d, gpu))
 
             def transform():
                 out = hasher.transform(dX).persist()  # codes stay on the workers

@@ -27,6 +27,7 @@ from _harness import (
     fmt_time,
     local_cluster,
     parse_args,
+    persist_round_robin,
     time_call,
     time_cpu,
     time_gpu,
@@ -263,8 +264,7 @@ def dask_scaling(C, L, M, K, e, chunk, gpu):
             dM = da.from_array(msgs, chunks=(max(1, M // (4 * n)), -1))
             if gpu:
                 dP, dM = dP.map_blocks(cp.asarray), dM.map_blocks(cp.asarray)
-            dP, dM = client.persist([dP, dM])
-            wait([dP, dM])
+            dP, dM = persist_round_robin(client, dP, dM)
 
             def run():
                 out = mem.predict(dP).persist()  # results stay on the workers, as in memory
