@@ -2,7 +2,8 @@
 //
 // Numerical contract shared with the CPU engine (sknn_gpu/fly/_flyhash_cpu.py):
 //   activation(row, u) = float32 sum, starting at +0.0, of x[row, j] over the S
-//   connections j of unit u in ascending j order, one __fadd_rn at a time.
+//   connections j of unit u in ascending j order, one IEEE add at a time
+//   (fadd_ieee: subnormals kept although CuPy compiles with -ftz=true).
 //   Winners: the K largest activations; ties -> lower unit index; -0.0 == +0.0.
 //
 // Output: one bit per unit in np.packbits layout (unit i is bit 7 - i % 8 of byte
@@ -29,6 +30,8 @@
 // Compile-time defines: ROWS (1..32, power of two), S (connections), SP (index
 // row stride: S rounded up to a multiple of 8, rows 16-byte aligned), IDX_T (unsigned short or int), NB (bins, multiple of 32),
 // NTHREADS (block size).
+
+#include "ieee.cuh"
 
 #ifndef ROWS
 #define ROWS 32
@@ -76,7 +79,7 @@ __device__ __forceinline__ unsigned unit_bit(int u)
 
 // Connection indices are read 16 bytes at a time (8 x uint16 or 4 x int; SP is a
 // multiple of 8 and every index row is 16-byte aligned); the additions stay in
-// ascending connection order, one __fadd_rn each.
+// ascending connection order, one fadd_ieee each.
 #define IDX_PER_VEC (16 / (int)sizeof(IDX_T))
 
 __device__ __forceinline__ int unpack_index(const uint4& w, int t)
@@ -90,7 +93,7 @@ __device__ __forceinline__ int unpack_index(const uint4& w, int t)
 }
 
 // Activation of unit u: the float32 sum of x[j * STRIDE] over its S connections j,
-// in ascending connection order, one __fadd_rn each. The one place both kernels
+// in ascending connection order, one fadd_ieee each. The one place both kernels
 // compute an activation: the fused kernel reads its transposed shared-memory rows
 // (STRIDE = ROWSP, plain loads), flyhash_activations a global row (STRIDE = 1,
 // read-only cached loads), so the two give the same bits.
@@ -108,9 +111,9 @@ __device__ __forceinline__ float unit_activation(const IDX_T* __restrict__ idx, 
             if (v * IDX_PER_VEC + t < S) {
                 const float* xj = x + unpack_index(w, t) * STRIDE;
                 if constexpr (GLOBAL) {
-                    acc = __fadd_rn(acc, __ldg(xj));
+                    acc = fadd_ieee(acc, __ldg(xj));
                 } else {
-                    acc = __fadd_rn(acc, *xj);
+                    acc = fadd_ieee(acc, *xj);
                 }
             }
         }
@@ -214,21 +217,28 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
     // ---- per-row range: activations lie (up to rounding) in [S*min, S*max] ------
     for (int r = warp; r < ROWS; r += NWARPS) {
         float mn = FH_INF, mx = -FH_INF;
+        // all-equal test on the exact bits: the float min/max below run under
+        // -ftz=true and would call a row of distinct subnormals constant
+        unsigned kmn = 0xffffffffu, kmx = 0u;
         for (int j = lane; j < D; j += 32) {
             const float v = xs[j * ROWSP + r];
             mn = fminf(mn, v);
             mx = fmaxf(mx, v);
+            kmn = min(kmn, ord_key(v));
+            kmx = max(kmx, ord_key(v));
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
             mn = fminf(mn, __shfl_xor_sync(FULL_MASK, mn, o));
             mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+            kmn = min(kmn, __shfl_xor_sync(FULL_MASK, kmn, o));
+            kmx = max(kmx, __shfl_xor_sync(FULL_MASK, kmx, o));
         }
         if (lane == 0) {
             const float lo = (float)S * mn, hi = (float)S * mx;
             const float scale = (float)NB / (hi - lo);
             int mode = MODE_NORMAL;
-            if (mn == mx) mode = MODE_ALLTIE;
+            if (kmn == kmx) mode = MODE_ALLTIE;
             else if (!(scale > 0.0f) || !(scale < FH_INF) || !(hi - lo < FH_INF)) mode = MODE_FLAGGED;
             s_lo[r] = lo;
             s_scale[r] = scale;

@@ -501,7 +501,13 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         if data.size == 0:
             return
         xp = array_module(data)
-        amax = float(xp.abs(data).max())
+        if xp is not np and data.dtype == np.float32:
+            # the largest magnitude from the bits: CuPy's float kernels run with
+            # -ftz=true and would see subnormal inputs as zeros
+            bits = int((data.view(xp.uint32) & xp.uint32(0x7FFFFFFF)).max())
+            amax = float(np.uint32(bits).view(np.float32))
+        else:
+            amax = float(xp.abs(data).max())
         if amax * self.n_connections_ >= _FLT_MAX:
             raise ValueError(
                 f"Input values up to {amax:.3g} can overflow the float32 sum of "

@@ -205,7 +205,6 @@ def _set_dynamic_smem(kern, nbytes):  # pragma: no cover - needs a GPU
 # --------------------------------------------------------------------------- #
 def _device_batches(X, n_features):  # pragma: no cover - needs a GPU
     """Yield (start, dense float32 C-contiguous CuPy block) over the rows of X."""
-    cupy = get_cupy()
     n = X.shape[0]
     if is_device_array(X) and not is_cupy_sparse(X) and X.dtype == np.float32 and X.flags.c_contiguous:
         yield 0, X
@@ -217,7 +216,7 @@ def _device_batches(X, n_features):  # pragma: no cover - needs a GPU
         Xb = X[st : st + b]
         if is_cupy_sparse(Xb) or sp.issparse(Xb):
             Xb = Xb.toarray()
-        yield st, cupy.ascontiguousarray(cupy.asarray(Xb, dtype=cupy.float32))
+        yield st, _as_float32(Xb)
 
 
 def _activations(fh, Xb, rows=None):  # pragma: no cover - needs a GPU
@@ -242,9 +241,39 @@ def _activations(fh, Xb, rows=None):  # pragma: no cover - needs a GPU
     return A
 
 
+def _order_keys(A):  # pragma: no cover - needs a GPU
+    """uint32 keys of float32 ``A`` that sort as the values do, -0.0 equal to +0.0.
+
+    Integer work on purpose: CuPy's float kernels run under -ftz=true and would
+    compare subnormal activations as zeros, where the CPU engine tells them apart.
+    """
+    cupy = get_cupy()
+    b = A.view(cupy.uint32)
+    b = cupy.where((b << 1) == 0, cupy.uint32(0), b)  # -0.0 -> +0.0
+    return cupy.where(b >> 31 == 1, ~b, b | cupy.uint32(0x80000000))
+
+
+def _as_float32(Xb):  # pragma: no cover - needs a GPU
+    """Dense C-contiguous float32 CuPy copy of a block, rounded as NumPy rounds.
+
+    float64 on the device goes through our own conversion kernel (``convert.cu``):
+    CuPy's ``astype`` flushes results below float32's normals to zero.
+    """
+    cupy = get_cupy()
+    if not is_device_array(Xb):
+        return cupy.asarray(np.ascontiguousarray(Xb, dtype=np.float32))
+    if Xb.dtype != np.float64:  # integers and float16 never round to a float32 subnormal
+        return cupy.ascontiguousarray(Xb, dtype=cupy.float32)
+    Xb = cupy.ascontiguousarray(Xb)
+    out = cupy.empty(Xb.shape, dtype=cupy.float32)
+    if out.size:
+        blocks = min(4 * device_limits().sm_count, (out.size + 255) // 256)
+        get_function("convert", "f64_to_f32")((blocks,), (256,), (Xb, out, np.int64(out.size)))
+    return out
+
+
 def _finish_rows(fh, Xb, out, rows, algorithm):  # pragma: no cover - needs a GPU
     """Hash ``rows`` of a block (all rows when None) from materialised activations."""
-    cupy = get_cupy()
     m, k = fh.n_components_, fh.k_
     mw = out.shape[1]
     total = Xb.shape[0] if rows is None else int(rows.size)
@@ -260,8 +289,7 @@ def _finish_rows(fh, Xb, out, rows, algorithm):  # pragma: no cover - needs a GP
         if algorithm == "bisect":
             mask = wta_bisect_mask(A, k)
         else:
-            A += cupy.float32(0.0)  # -0.0 -> +0.0
-            mask = wta_exact_mask(A, k)
+            mask = wta_exact_mask(_order_keys(A), k)
         packed = _pack_words(mask, mw)
         if rows is None:
             out[c0:c1] = packed
