@@ -871,3 +871,47 @@ def test_state_too_wide_for_the_gpu_falls_back_to_the_cpu(monkeypatch, rng):
     assert GBNNMemory(device="auto").fit(msgs).device_ == "cpu"
     with pytest.raises(ValueError, match=r"3 words for C=3, L=8: \d+ bytes\) in one block's shared memory"):
         GBNNMemory(device="cuda").fit(msgs)
+
+
+@pytest.mark.parametrize("failing_batch", [1, 2])
+def test_store_failing_half_way(monkeypatch, device, failing_batch):
+    """An error in the middle of storing (a GPU out-of-memory, say): a failed ``fit``
+    leaves the estimator unfitted; a failed ``partial_fit`` keeps what was stored before
+    it and, repeated, completes the batch (storing is idempotent)."""
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    from sknn_gpu.memory import _gbnn
+
+    rng = np.random.default_rng(5)
+    msgs = rng.integers(0, 16, size=(400, 5))
+    eng = _gbnn._engine(device)
+    real_store, calls = eng.store, []
+
+    def failing_store(W, X, L, progress=None):
+        calls.append(1)
+        if len(calls) == failing_batch:
+            real_store(W, X[: len(X) // 2], L)  # half the batch reaches W, then the failure
+            raise MemoryError("simulated out-of-memory half-way through storing")
+        return real_store(W, X, L, progress=progress)
+
+    monkeypatch.setattr(eng, "store", failing_store)
+    mem = GBNNMemory(cluster_size=16, random_state=0, device=device)
+    if failing_batch == 1:
+        with pytest.raises(MemoryError, match="simulated"):
+            mem.fit(msgs)
+        with pytest.raises(NotFittedError):
+            check_is_fitted(mem)
+        assert not hasattr(mem, "W_")
+        with pytest.raises(NotFittedError):
+            mem.predict(msgs)
+        return
+    mem.fit(msgs[:200])  # call 1 succeeds
+    seen = mem.n_messages_seen_
+    with pytest.raises(MemoryError, match="simulated"):
+        mem.partial_fit(msgs[200:])
+    assert mem.n_messages_seen_ == seen  # the failed batch is not counted
+    monkeypatch.setattr(eng, "store", real_store)
+    mem.partial_fit(msgs[200:])  # repeated: the memory of all 400 messages
+    full = GBNNMemory(cluster_size=16, random_state=0, device=device).fit(msgs)
+    assert np.array_equal(to_host(mem.W_), to_host(full.W_))

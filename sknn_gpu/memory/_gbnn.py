@@ -536,9 +536,19 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         else:
             self._check_size(X.shape[0], "partial_fit", self.n_clusters_, self.cluster_size_, self.device_)
         bar = Progress(self, what, total=X.shape[0], verbose=self.verbose, unit="messages")
-        _engine(self.device_).store(
-            self.W_, to_device(X, self.device_), self.cluster_size_, progress=self._progress_callback(bar)
-        )
+        try:
+            _engine(self.device_).store(
+                self.W_, to_device(X, self.device_), self.cluster_size_, progress=self._progress_callback(bar)
+            )
+        except BaseException:
+            # a fit that fails half-way (out of memory, interrupted) leaves no
+            # half-stored memory behind; a partial_fit keeps W_ as far as it got:
+            # storing is idempotent, so repeating the call completes it
+            if first:
+                fitted = [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]
+                for attr in fitted:
+                    self.__dict__.pop(attr, None)
+            raise
         self._count(X.shape[0], bar)
         return self
 
