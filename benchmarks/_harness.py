@@ -7,12 +7,17 @@
   and prints a markdown table with ratios to a chosen baseline and the physical floor.
 * :func:`floor_seconds` turns bytes moved and operations into the lower bound set by
   the measured H100 ceilings (DESIGN.md).
+* Peers: :func:`optional_import` / :func:`torch_cuda` import a peer only when present;
+  rows added with ``peer=True`` get a "vs strongest peer" column (the fastest peer of the
+  same ``exact`` class is the reference); :meth:`Table.not_installed` reports a missing
+  peer as a row. :func:`time_torch` and :func:`torch_graph` time PyTorch peers.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import importlib
 import platform
 import statistics
 import sys
@@ -71,7 +76,16 @@ def time_gpu(fn, repeat=20, warmup=3):
 
 
 def time_call(fn, repeat=20, warmup=3, device="cpu"):
-    """Median wall-clock time of a call, including the final device synchronisation."""
+    """Median wall-clock time of a call, including the final device synchronisation
+    (``device="torch"``: ``torch.cuda.synchronize()``)."""
+    if device == "torch":
+        import torch
+
+        def torch_synced():
+            fn()
+            torch.cuda.synchronize()
+
+        return time_cpu(torch_synced, repeat=repeat, warmup=warmup)
     if device != "cuda":
         return time_cpu(fn, repeat=repeat, warmup=warmup)
     import cupy
@@ -83,6 +97,59 @@ def time_call(fn, repeat=20, warmup=3, device="cpu"):
         stream.synchronize()
 
     return time_cpu(synced, repeat=repeat, warmup=warmup)
+
+
+def optional_import(name):
+    """The module ``name``, or None when it is not installed (report it, never drop the row)."""
+    try:
+        return importlib.import_module(name)
+    except Exception:  # ImportError, or a broken install (missing shared library)
+        return None
+
+
+def torch_cuda():
+    """PyTorch when it is installed and sees a GPU, else None."""
+    torch = optional_import("torch")
+    return torch if torch is not None and torch.cuda.is_available() else None
+
+
+def time_torch(fn, repeat=20, warmup=3):
+    """Median GPU time of ``fn()`` in seconds: ``torch.cuda.Event`` pairs on torch's current
+    stream, synchronised before the first sample and after each."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeat):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3)
+    torch.cuda.synchronize()
+    return _median(samples)
+
+
+def torch_graph(fn, warmup=3):
+    """``fn`` captured once as a CUDA graph; returns the graph's ``replay``. Warm-up runs on a
+    side stream before the capture, as the PyTorch docs ask; the tensors ``fn`` reads and
+    writes are the graph's static inputs and outputs (update them in place)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph.replay
 
 
 def local_cluster(gpu, n_workers):
@@ -132,6 +199,8 @@ class Row:
     seconds: float | None
     quality: str = ""
     note: str = ""
+    peer: bool = False
+    exact: str | None = None
 
 
 @dataclass
@@ -144,24 +213,51 @@ class Table:
     floor_note: str = ""
     rows: list = field(default_factory=list)
 
-    def add(self, name, device, seconds, quality="", note=""):
-        self.rows.append(Row(name, device, seconds, quality, note))
+    def add(self, name, device, seconds, quality="", note="", peer=False, exact=None):
+        """``peer=True`` marks a peer row; ``exact`` names its exactness class (e.g. "exact",
+        "fp16"): a row's "vs strongest peer" ratio is taken to the fastest peer of its class
+        (of all peers when the row has no class)."""
+        self.rows.append(Row(name, device, seconds, quality, note, peer, exact))
         return seconds
+
+    def not_installed(self, name, device, package, exact=None):
+        """A peer row for a package missing on this machine (reported, never dropped)."""
+        return self.add(name, device, None, note=f"{package} not installed", peer=True, exact=exact)
+
+    def strongest_peer(self, exact=None):
+        """The fastest measured peer row (of class ``exact`` when given), or None."""
+        peers = [r for r in self.rows if r.peer and r.seconds and (exact is None or r.exact == exact)]
+        return min(peers, key=lambda r: r.seconds) if peers else None
 
     def markdown(self):
         base = next((r.seconds for r in self.rows if r.name == self.baseline), None)
+        with_peers = any(r.peer for r in self.rows)
         out = [f"### {self.title}", ""]
         out.append(
-            "| implementation | device | median time | vs " + (self.baseline or "—") + " | quality | note |"
+            "| implementation | device | median time | vs "
+            + (self.baseline or "—")
+            + (" | vs strongest peer" if with_peers else "")
+            + " | quality | note |"
         )
-        out.append("|---|---|---|---|---|---|")
+        out.append("|---|---|---|---|---|---|" + ("---|" if with_peers else ""))
         for r in self.rows:
             ratio = "—"
             if base and r.seconds:
                 ratio = f"{r.seconds / base:.2f}×"
-            out.append(
-                f"| {r.name} | {r.device} | {fmt_time(r.seconds)} | {ratio} | {r.quality} | {r.note} |"
-            )
+            if with_peers:
+                ref = self.strongest_peer(r.exact)
+                ratio += f" | {r.seconds / ref.seconds:.2f}×" if ref and r.seconds else " | —"
+            name = f"{r.name} (peer)" if r.peer else r.name
+            out.append(f"| {name} | {r.device} | {fmt_time(r.seconds)} | {ratio} | {r.quality} | {r.note} |")
+        if with_peers:
+            out.append("")
+            classes = {r.exact for r in self.rows if r.peer} | {r.exact for r in self.rows if r.exact is None}
+            for cls in sorted(classes, key=str):
+                ref = self.strongest_peer(cls)
+                label = "Strongest peer" + (f" ({cls})" if cls is not None else "")
+                got = f"{ref.name} ({ref.device}), {fmt_time(ref.seconds)}" if ref else "none measured here"
+                out.append(f"{label}: {got}.")
+            out.append("'vs strongest peer' = time / that peer's time (below 1: faster than it).")
         if self.floor is not None:
             out.append("")
             out.append(f"Physical floor: {fmt_time(self.floor)} {self.floor_note}".rstrip())
