@@ -9,11 +9,17 @@ Settings of da Cunha et al. (CAID 2023): hash factor h, s = 5% of d, k = 5% of m
 Data: uniform [0, 1) float32 (the datasets themselves are not available offline;
 the paper's synthetic experiments use the same distribution).
 
-Peers: a CuPy composition (cuSPARSE product + ``cupy.argpartition``), the
-paper's bisection WTA in CuPy (cuSPARSE product + 64 halvings), and the NumPy
-reference (SciPy sparse product in float64 + ``np.argpartition``, as in the
-FlyNN reference code). CPU rows are timed on a slice of the rows (stated in
-the table) because the reference needs minutes for the full sets.
+Peers: what a user with a GPU would write in PyTorch (issue 13): ``X @ W`` with the
+dense 0/1 projection W (d x m) in fp32, TF32, bf16 and fp16, then ``torch.topk``, each
+with its exactness (fraction of rows whose k winners equal our exact winners; X is
+converted to bf16/fp16 inside the timed region, W beforehand); a CuPy composition
+(cuSPARSE product + ``cupy.argpartition``), the paper's bisection WTA in CuPy (cuSPARSE
+product + 64 halvings), and the NumPy reference (SciPy sparse product in float64 +
+``np.argpartition``, as in the FlyNN reference code). CPU rows are timed on a slice of
+the rows (stated in the table) because the reference needs minutes for the full sets.
+A peer missing on the machine is a row saying so. "vs strongest peer" compares with the
+fastest peer of equal exactness: "exact" when >= 99% of the rows' winner sets equal ours
+(fp32 sums in another order differ only at near-ties), "inexact" otherwise.
 
 Floor: DRAM traffic (read X in float32, write one bit per unit) at 3.0 TB/s,
 and, for the fused kernel, the shared-memory gather bound: n*m*s 4-byte reads at
@@ -26,7 +32,18 @@ import argparse
 
 import numpy as np
 import scipy.sparse as sp
-from _harness import H100, Table, environment_header, floor_seconds, fmt_time, time_cpu, time_gpu
+from _harness import (
+    H100,
+    Table,
+    environment_header,
+    floor_seconds,
+    fmt_time,
+    optional_import,
+    time_cpu,
+    time_gpu,
+    time_torch,
+    torch_cuda,
+)
 
 from sknn_gpu._backend import cuda_available
 from sknn_gpu.fly import FlyHashTransformer
@@ -63,9 +80,82 @@ def rows_equal(win_a, win_b):
 class _Progress(Table):
     """Table that also prints each row as it is measured (so a time limit keeps partial results)."""
 
-    def add(self, name, device, seconds, quality="", note=""):
+    def add(self, name, device, seconds, quality="", note="", **kw):
         print(f"  measured: {name} ({device}) {fmt_time(seconds)} {quality}", flush=True)
-        return super().add(name, device, seconds, quality, note)
+        return super().add(name, device, seconds, quality, note, **kw)
+
+
+def exactness(fraction):
+    """Exactness class: "exact" when at least 99% of the rows' winner sets equal ours (a
+    float32 product summed in another order differs only at near-ties), else "inexact"."""
+    return "exact" if fraction >= 0.99 else "inexact"
+
+
+TORCH_PRECISIONS = ("fp32", "TF32", "bf16", "fp16")
+
+
+def torch_peers(table, X, components, ours_win, k, repeat):
+    """:func:`_torch_peers`, then PyTorch's cached blocks go back to the device."""
+    _torch_peers(table, X, components, ours_win, k, repeat)
+    torch = torch_cuda()
+    if torch is not None:
+        torch.cuda.empty_cache()
+
+
+def _torch_peers(table, X, components, ours_win, k, repeat):
+    """PyTorch peers: X @ W (dense 0/1 projection, d x m) at each precision, then torch.topk.
+
+    ``ours_win``: our exact winners (n x k), the reference of the exactness column.
+    """
+    torch = torch_cuda()
+    if torch is None:
+        why = "torch not installed" if optional_import("torch") is None else "torch sees no CUDA device"
+        for prec in TORCH_PRECISIONS:
+            table.add(f"PyTorch {prec} GEMM + topk", "cuda", None, note=why, peer=True, exact="exact")
+        return
+    n = X.shape[0]
+    m = components.shape[0]
+    Xt = torch.from_numpy(X).cuda()
+    W32 = torch.from_numpy(np.ascontiguousarray(components.T.toarray(), dtype=np.float32)).cuda()
+    ref = torch.from_numpy(np.sort(ours_win, axis=1).astype(np.int64)).cuda()
+    rows = max(1, min(n, 2**31 // m))  # activations of one chunk <= 2^31 elements (8 GiB in fp32)
+    dtypes = {"fp32": torch.float32, "TF32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    saved = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for prec in TORCH_PRECISIONS:
+            dt = dtypes[prec]
+            torch.backends.cuda.matmul.allow_tf32 = prec == "TF32"
+            W = W32.to(dt)
+
+            def gemm_topk(W=W, dt=dt):
+                return [
+                    torch.topk(Xt[r : r + rows].to(dt) @ W, k, dim=1, sorted=False).indices
+                    for r in range(0, n, rows)
+                ]
+
+            def gemm(W=W, dt=dt):
+                for r in range(0, n, rows):
+                    Xt[r : r + rows].to(dt) @ W
+
+            idx = torch.sort(torch.cat(gemm_topk()), dim=1).values
+            q = float((idx == ref).all(dim=1).float().mean().item())
+            del idx
+            t = time_torch(gemm_topk, repeat=repeat, warmup=1)
+            t_gemm = time_torch(gemm, repeat=repeat, warmup=1)
+            conv = "" if dt == torch.float32 else f", X -> {prec} in the timing"
+            table.add(
+                f"PyTorch {prec} GEMM + topk",
+                "cuda",
+                t,
+                f"{q:.1%} rows = ours (exact)",
+                f"GEMM alone {fmt_time(t_gemm)}{conv}; {-(-n // rows)} chunk(s)",
+                peer=True,
+                exact=exactness(q),
+            )
+            del W
+            torch.cuda.empty_cache()
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_heavy=False):
@@ -108,7 +198,12 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
         t_call = time_gpu(lambda: fh.transform(Xd), repeat=repeat_gpu, warmup=2)
         t_kern = time_gpu(lambda: words_cuda(fh, Xd, "exact"), repeat=repeat_gpu, warmup=1)
         table.add(
-            "ours GPU (transform)", "cuda", t_call, "exact k, ties -> lower index", "CuPy in, packed out"
+            "ours GPU (transform)",
+            "cuda",
+            t_call,
+            "exact k, ties -> lower index",
+            "CuPy in, packed out",
+            exact="exact",
         )
         stats = {}
         words_cuda(fh, Xd, "exact", stats)
@@ -119,7 +214,21 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             t_kern,
             f"{fb} rows via fallback",
             "kernel + flagged-row fix-up",
+            exact="exact",
         )
+
+        if "precision" in fh.get_params():  # issue 13's precision option, once it exists
+            for prec in ("fast",):
+                fp = FlyHashTransformer(**{**fh.get_params(), "precision": prec}).fit(X[:1])
+                q = rows_equal(winners_from_packed(fp.transform(Xd).get(), m, k), ours_win)
+                table.add(
+                    f"ours GPU (transform, precision='{prec}')",
+                    "cuda",
+                    time_gpu(lambda fp=fp: fp.transform(Xd), repeat=repeat_gpu, warmup=2),
+                    f"{q:.1%} rows = ours (exact)",
+                    "CuPy in, packed out",
+                    exact=exactness(q),
+                )
 
         if tie_heavy:
             # binarised input: activations are small integers that tie massively at the
@@ -164,8 +273,10 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             "CuPy composition",
             "cuda",
             time_gpu(composition, repeat=3, warmup=0),
-            f"{q:.1%} rows = ours",
+            f"{q:.1%} rows = ours (first {comp_win.shape[0]:,})",
             "cuSPARSE + argpartition",
+            peer=True,
+            exact=exactness(q),
         )
         bis = bisection()
         counts = np.concatenate([b.sum(axis=1).get() for b in bis])
@@ -176,20 +287,34 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             time_gpu(bisection, repeat=3, warmup=0),
             f"{np.mean(counts == k):.1%} rows with k winners",
             "cuSPARSE + 64 halvings",
+            peer=True,
+            exact="exact" if np.all(counts == k) else "inexact",
         )
         cupy.get_default_memory_pool().free_all_blocks()
+        torch_peers(table, X, fh_cpu.components_, ours_win, k, repeat=max(3, repeat_gpu // 2))
         ref_win = ours_win
     t_ours_cpu = time_cpu(lambda: fh_cpu.transform(Xc), repeat=3, warmup=1) * scale
     cpu_win = winners_from_packed(fh_cpu.transform(Xc), m, k)
     q_cpu = "bit-identical to GPU" if ref_win is not None and np.array_equal(cpu_win, ref_win[:n_cpu]) else ""
     if ref_win is not None and not q_cpu:
         q_cpu = "DIFFERS from GPU"
-    table.add("ours CPU", "cpu", t_ours_cpu, q_cpu, note_cpu)
+    if not gpu:  # the GPU peers are rows all the same (not run without a GPU)
+        torch_peers(table, X, fh_cpu.components_, None, k, repeat=3)
+    table.add("ours CPU", "cpu", t_ours_cpu, q_cpu, note_cpu, exact="exact")
     X64 = Xc.astype(np.float64)
     WT64 = sp.csc_matrix(fh_cpu.components_.T, dtype=np.float64)
     ref = numpy_reference(X64, WT64, k)
     t_ref = time_cpu(lambda: numpy_reference(X64, WT64, k), repeat=2, warmup=0) * scale
-    table.add("NumPy reference", "cpu", t_ref, f"{rows_equal(ref, cpu_win):.1%} rows = ours", note_cpu)
+    q_ref = rows_equal(ref, cpu_win)
+    table.add(
+        "NumPy reference",
+        "cpu",
+        t_ref,
+        f"{q_ref:.1%} rows = ours",
+        note_cpu,
+        peer=True,
+        exact=exactness(q_ref),
+    )
     table.print()
     if t_ours_cpu:
         print(f"ours CPU vs NumPy reference: {t_ref / t_ours_cpu:.2f}x faster\n")
