@@ -148,6 +148,35 @@ def test_gpu_equals_cpu_blas(rng, shape):
         np.testing.assert_allclose(gpu, cpu, rtol=1e-4, atol=1e-4 * np.abs(cpu).max())
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(8192, 1024), (8193, 1024), (8191, 1028), (20000, 256)])
+def test_two_rows_per_warp_kernel_gives_the_one_row_kernels_bits(rng, shape):
+    """Many long rows take gemv_rows_multi (two rows per warp, x loaded once for both,
+    odd row counts included); its sums are formed in gemv_rows's order: the same bits,
+    with alpha and beta applied as BLAS does."""
+    import cupy
+
+    from sknn_gpu import linalg
+    from sknn_gpu._backend import device_limits
+    from sknn_gpu._kernels import get_function
+
+    m, n = shape
+    A = cupy.asarray(rng.standard_normal(shape).astype(np.float32))
+    x = cupy.asarray(rng.standard_normal(n).astype(np.float32))
+    y0 = cupy.asarray(rng.standard_normal(m).astype(np.float32))
+    plan = linalg._gemv_plan(device_limits(), m, n, False, np.dtype(np.float32), True)
+    assert plan[0] is get_function("gemv", f"gemv_rows_multi<float,{linalg._MULTI_ROWS}>")
+    y = y0.copy()
+    linalg.gemv(A, x, y, alpha=0.5, beta=-2.0)
+    ref = y0.copy()
+    one_row = get_function("gemv", "gemv_rows<float,32,true>")
+    scalars = (np.int64(m), np.int64(n), np.float32(0.5), np.float32(-2.0))
+    one_row((int(-(-m // 8)),), (256,), (A, x, ref, *scalars))
+    assert cupy.array_equal(y, ref)
+    want = 0.5 * (A.get().astype(np.float64) @ x.get()) - 2.0 * y0.get()
+    np.testing.assert_allclose(y.get(), want, rtol=1e-4, atol=1e-3)
+
+
 # ------------------------------------------------------------- repeated calls (cached launches)
 # A CuPy call whose signature was validated before in the same thread is launched from a
 # prebuilt argument block; these tests make sure the cached path computes the same

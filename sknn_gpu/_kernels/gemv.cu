@@ -7,6 +7,7 @@
 //   gemv_rows      LANES lanes of a warp per row (LANES = 1..32), optional 16-byte
 //                  vector loads; the warp-per-row case is LANES = 32, the
 //                  tall-skinny case uses LANES < 32 so short rows do not idle a warp.
+//   gemv_rows_multi  R rows per warp sharing each load of x, A streamed (large m x n).
 //   gemv_block_row one block per row (the paper's block-per-row shared-memory
 //                  reduction), optionally split along the row (split-K).
 //   gemv_t_cols    transposed: a 32x8 block owns 32*VW consecutive columns and a
@@ -96,6 +97,52 @@ __global__ void gemv_rows(const T* __restrict__ A, const T* __restrict__ x, T* _
         acc = warp_sum(acc, LANES);
         if (lane == 0 && row < m) {
             y[row] = finish(acc, alpha, beta, y, row);
+        }
+    }
+}
+
+// R rows per warp (large matrices): each lane loads a vector of x once and uses it
+// for R rows, so x is read from cache R times less often than by gemv_rows, where
+// every warp's x reads doubled the L2 traffic; A is streamed with evict-first loads
+// (__ldcs) so it does not push x out of the caches. Rows must be 16-byte aligned (the
+// VECTOR case of gemv_rows). Each row's sum is formed in the same order as gemv_rows
+// <T, 32, true>: the same bits.
+template <typename T, int R>
+__global__ void gemv_rows_multi(const T* __restrict__ A, const T* __restrict__ x, T* __restrict__ y,
+                                const long long m, const long long n, const T alpha, const T beta)
+{
+    typedef typename VecOf<T>::type V;
+    const int W = VecOf<T>::N;
+    const int lane = threadIdx.x % 32;
+    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    const long long nwarps = ((long long)gridDim.x * blockDim.x) / 32;
+    const long long nv = n / W;
+    const V* xv = reinterpret_cast<const V*>(x);
+    for (long long base = warp * R; base < m; base += nwarps * R) {
+        T acc[R];
+        const V* av[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            acc[r] = (T)0;
+            // rows past m read row m-1 again (in bounds); their sums are never stored
+            const long long row = base + r < m ? base + r : m - 1;
+            av[r] = reinterpret_cast<const V*>(A + row * n);
+        }
+#pragma unroll 2
+        for (long long k = lane; k < nv; k += 32) {
+            const V xk = __ldg(xv + k);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r] += dotv(__ldcs(av[r] + k), xk);
+        }
+        for (long long k = nv * W + lane; k < n; k += 32) {
+            const T xk = __ldg(x + k);
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r] += reinterpret_cast<const T*>(av[r])[k] * xk;
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const T v = warp_sum(acc[r], 32);
+            if (lane == 0 && base + r < m) y[base + r] = finish(v, alpha, beta, y, base + r);
         }
     }
 }
