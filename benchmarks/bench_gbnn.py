@@ -4,8 +4,14 @@ Ours: ``GBNNMemory`` on the GPU (``_kernels/gbnn.cu``: one block per probe, per-
 convergence, bit-packed W) and on the CPU (vectorised NumPy reference), for each rule.
 Peer on the same data: a plain CuPy dense-matrix composition of the same rules
 (float32 W of n x n, all probes as one dense n x K state, cuBLAS matmuls, whole-batch
-iterations). The paper's best time, 14.86 s for the joint scheme on a Tesla C1060, is
-quoted beside (not measured here). Also the same network near capacity (150,000 stored).
+iterations), and the same dense decoder in PyTorch (issue 14), what a user with a GPU
+would write: W as a dense fp16 matrix (exact: 0/1 entries, integer sums <= L = 512 per
+cluster block, fp32 accumulation in cuBLAS) and as fp32 (TF32 off), all probes as one
+batch, iterated until the state stops changing (``torch.equal`` each iteration); W built
+beforehand. A peer missing on the machine is a row saying so; "vs strongest peer"
+compares each row with the fastest peer of the same rule. The paper's best time, 14.86 s
+for the joint scheme on a Tesla C1060, is quoted beside (not measured here). Also the
+same network near capacity (150,000 stored).
 
 Dask (issue 18): ``predict`` of 6,000,000 Scenario-2 probes in memory on one GPU, with
 Dask on one GPU and on every GPU of the host (``dask_cuda.LocalCUDACluster``), and a
@@ -26,11 +32,14 @@ from _harness import (
     floor_seconds,
     fmt_time,
     local_cluster,
+    optional_import,
     parse_args,
     persist_round_robin,
     time_call,
     time_cpu,
     time_gpu,
+    time_torch,
+    torch_cuda,
 )
 
 from sknn_gpu._backend import cuda_available
@@ -112,6 +121,114 @@ def peer_rate(cp, state, truth, C, L):
     return float((pick == truth).all(axis=1).mean())
 
 
+# ------------------------------------------------------------------ dense PyTorch peer
+def torch_weights(torch, msgs, C, L, dtype):
+    """Dense n x n adjacency (0/1) of the stored cliques as a torch tensor on the GPU."""
+    n = C * L
+    W = torch.zeros((n, n), dtype=dtype, device="cuda")
+    m = torch.from_numpy(np.asarray(msgs, dtype=np.int64)).cuda() + torch.arange(C, device="cuda") * L
+    for c in range(C):
+        for c2 in range(C):
+            if c != c2:
+                W[m[:, c], m[:, c2]] = 1
+    return W
+
+
+def torch_dense_peer(torch, W, P, C, L, rule, gamma=1.0, max_iter=20):
+    """The rules of :func:`dense_peer` in PyTorch, all probes (``P``: K x C int64 on the GPU,
+    -1 = erased) as one n x K state; returns (state n x K bool, iterations)."""
+    n = C * L
+    K = P.shape[0]
+    dt = W.dtype
+    known = (P >= 0).T  # C x K
+    V = torch.zeros((n, K), dtype=dt, device=W.device)
+    cl, pr = torch.nonzero(known, as_tuple=True)
+    V[cl * L + P.T[cl, pr], pr] = 1
+    erased_rows = (~known).repeat_interleave(L, dim=0)  # n x K
+    it = 0
+    if rule == "sum-of-sum":
+        for it in range(1, max_iter + 1):  # noqa: B007 (returned)
+            S = W @ V + gamma * V
+            S3 = S.view(C, L, K)
+            Vn = (S3 == S3.amax(dim=1, keepdim=True)).view(n, K).to(dt)
+            if torch.equal(Vn, V):
+                break
+            V = Vn
+        return V > 0, it
+    if rule == "joint":
+        S = W @ V
+        n_known = known.sum(dim=0).to(dt)  # C - e per probe
+        cand = (S == n_known[None, :]) & erased_rows
+        V = torch.where(erased_rows, cand, V > 0).to(dt)
+    else:
+        V = torch.where(erased_rows, torch.ones_like(V), V)
+    for it in range(1, max_iter + 1):  # noqa: B007 (returned)
+        ok = V > 0
+        for c2 in range(C):
+            sig = (W[:, c2 * L : (c2 + 1) * L] @ V[c2 * L : (c2 + 1) * L]) > 0
+            sig[c2 * L : (c2 + 1) * L] = True  # own cluster: the self loop
+            ok &= sig
+        Vn = ok.to(dt)
+        if torch.equal(Vn, V):
+            break
+        V = Vn
+    return V > 0, it
+
+
+def torch_rate(torch, state, truth, C, L):
+    """Retrieval rate with the first surviving neuron per cluster (-1 when none)."""
+    S = state.view(C, L, -1)
+    pick = torch.where(S.any(dim=1), S.to(torch.uint8).argmax(dim=1), -1).T.cpu().numpy()
+    return float((pick == truth).all(axis=1).mean())
+
+
+def torch_peers(t, msgs, probes, truth, C, L, rules):
+    """PyTorch dense-decoder peer rows (fp16 and fp32 W) for ``rules``."""
+    torch = torch_cuda()
+    if torch is None:
+        why = "torch not installed" if optional_import("torch") is None else "torch sees no CUDA device"
+        for rule in rules:
+            t.add(f"PyTorch dense {rule}", "cuda", None, note=why, peer=True, exact=rule)
+        return
+    saved = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        P = torch.from_numpy(np.asarray(probes, dtype=np.int64)).cuda()
+        for name, dtype in (("fp16", torch.float16), ("fp32", torch.float32)):
+            _torch_rows(torch, t, torch_weights(torch, msgs, C, L, dtype), name, P, truth, C, L, rules)
+            torch.cuda.empty_cache()  # W is gone: give its blocks back
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = saved
+
+
+def _torch_rows(torch, t, W, name, P, truth, C, L, rules):
+    n = C * L
+    for rule in rules:
+        try:
+            state, its = torch_dense_peer(torch, W, P, C, L, rule)
+            rate = torch_rate(torch, state, truth, C, L)
+            del state
+            secs = time_torch(lambda rule=rule: torch_dense_peer(torch, W, P, C, L, rule), repeat=3, warmup=1)
+            t.add(
+                f"PyTorch dense {rule} ({name} W)",
+                "cuda",
+                secs,
+                quality=f"rate {rate:.4f}",
+                note=f"{name} W {n}x{n}, {its} whole-batch iters (W built beforehand)",
+                peer=True,
+                exact=rule,
+            )
+        except Exception as exc:  # out of memory on small GPUs
+            t.add(
+                f"PyTorch dense {rule} ({name} W)",
+                "cuda",
+                None,
+                note=f"failed: {type(exc).__name__}: {str(exc)[:60]}",
+                peer=True,
+                exact=rule,
+            )
+
+
 # ------------------------------------------------------------------ experiment
 def scenario(C, L, M, K, e, gpu, cpu_rules, peer_rules, quick):
     msgs, probes, truth = make_data(C, L, M, K, e)
@@ -170,6 +287,7 @@ def scenario(C, L, M, K, e, gpu, cpu_rules, peer_rules, quick):
                 kt,
                 quality=f"rate {rate:.4f}",
                 note=f"retrieve(CuPy in), events, ambiguous {amb:.4f}, mean iters {res.n_iter.mean():.2f}",
+                exact=rule,
             )
             t.add(
                 f"ours {rule} call",
@@ -177,6 +295,7 @@ def scenario(C, L, M, K, e, gpu, cpu_rules, peer_rules, quick):
                 time_call(lambda: mem.retrieve(probes), repeat=5, warmup=1, device="cuda"),
                 quality=f"rate {rate:.4f}",
                 note="retrieve(NumPy probes) wall incl. transfers",
+                exact=rule,
             )
         Wd = dense_weights(cp, msgs, C, L) if peer_rules else None
         for rule in peer_rules:
@@ -190,11 +309,23 @@ def scenario(C, L, M, K, e, gpu, cpu_rules, peer_rules, quick):
                     secs,
                     quality=f"rate {rate:.4f}",
                     note=f"float32 W {n}x{n} + cuBLAS, {its} whole-batch iters (W built beforehand)",
+                    peer=True,
+                    exact=rule,
                 )
             except Exception as exc:  # out of memory on small GPUs
-                t.add(f"CuPy dense {rule}", "cuda", None, note=f"failed: {type(exc).__name__}")
+                t.add(
+                    f"CuPy dense {rule}",
+                    "cuda",
+                    None,
+                    note=f"failed: {type(exc).__name__}",
+                    peer=True,
+                    exact=rule,
+                )
             finally:
                 cp.get_default_memory_pool().free_all_blocks()
+        Wd = None
+        cp.get_default_memory_pool().free_all_blocks()
+    torch_peers(t, msgs, probes, truth, C, L, peer_rules if gpu else cpu_rules)
     for rule in cpu_rules:
         mem_cpu.set_params(rule=rule)
         box = {}
@@ -203,7 +334,14 @@ def scenario(C, L, M, K, e, gpu, cpu_rules, peer_rules, quick):
         rate = float((box["res"].messages == truth).all(axis=1).mean())
         if rule in rates:
             assert rate == rates[rule], f"CPU and GPU retrieval rates differ for {rule}"
-        t.add(f"ours {rule} (CPU)", "cpu", secs, quality=f"rate {rate:.4f}", note=f"NumPy, median of {reps}")
+        t.add(
+            f"ours {rule} (CPU)",
+            "cpu",
+            secs,
+            quality=f"rate {rate:.4f}",
+            note=f"NumPy, median of {reps}",
+            exact=rule,
+        )
     if C == 16 and L == 512 and M == 50_000 and K == 30_000:
         t.add(
             "paper joint (Tesla C1060)", "—", PAPER_JOINT_S, note="quoted from the paper, not measured here"
