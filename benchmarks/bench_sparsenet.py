@@ -4,7 +4,15 @@ Ours: the level plan evaluated by ``_kernels/sparsenet.cu`` (per-level launches 
 single-launch executor with block/grid barriers) and by SciPy on the CPU. Peers on the
 same graphs in the same process: neat-python's ``FeedForwardNetwork.activate`` (CPU,
 one sample per call) and a CuPy composition of one cuSPARSE SpMM + elementwise
-activation per level. Build time: our level plan vs neat-python's ``create``. Training:
+activation per level, and PyTorch (issue 14): per level one dense matrix with the
+sparse mask applied (zeros where no edge, over the span of slots the level reads) and
+``torch.sigmoid``, run eagerly and replayed as one CUDA graph (captured once, input
+copied into the static buffer per call). Graphs: the MLP-shaped one of issue 14
+(784 -> 256 -> 256 -> 256 -> 256 -> 10 with random masks, ~70,800 edges, 5 levels: dense
+per level is what a user would write) and random layered DAGs with skip connections
+(every level reads from all earlier ones, so the dense peer carries all earlier slots).
+A peer missing on the machine is a row saying so; "vs strongest peer" is the ratio to the
+fastest peer. Build time: our level plan vs neat-python's ``create``. Training:
 SparseNetRegressor('prune', density 0.1) vs scikit-learn's MLPRegressor on friedman1.
 
 Floor: the compulsory traffic (edge weights and indices once, every node value written
@@ -24,10 +32,14 @@ from _harness import (
     environment_header,
     floor_seconds,
     fmt_time,
+    optional_import,
     parse_args,
     time_call,
     time_cpu,
     time_gpu,
+    time_torch,
+    torch_cuda,
+    torch_graph,
 )
 
 from sknn_gpu._backend import cuda_available
@@ -144,6 +156,140 @@ class CupyLevels:
         return V[self.out_slots].T
 
 
+def mlp_shaped(sizes, n_edges, random_state=0):
+    """A layered sparse network (issue 14's shape): random masks of equal density between
+    consecutive layers with about ``n_edges`` edges in all, neat sigmoid everywhere."""
+    rng = np.random.default_rng(random_state)
+    n_in, n_out = sizes[0], sizes[-1]
+    hidden_ids, start = [], n_in + n_out
+    for h in sizes[1:-1]:
+        hidden_ids.append(np.arange(start, start + h))
+        start += h
+    layers = [np.arange(n_in)] + hidden_ids + [np.arange(n_in, n_in + n_out)]
+    density = n_edges / sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    edges = []
+    for src, dst in zip(layers[:-1], layers[1:]):
+        mask = rng.random((src.size, dst.size)) < density
+        i, j = np.nonzero(mask)
+        edges.append(np.stack([src[i], dst[j]], axis=1))
+    edges = np.concatenate(edges)
+    return SparseGraph.from_edges(
+        edges,
+        n_in,
+        n_out,
+        rng.normal(scale=0.2, size=len(edges)),
+        rng.normal(scale=0.2, size=start),
+        activations="neat_sigmoid",
+        n_nodes=start,
+    )
+
+
+class TorchLevels:
+    """Peer: per level one dense (masked) float64 matrix over the span of slots the level
+    reads, ``z = b + resp * (V @ W)``, neat sigmoid; static buffers so that the same
+    ``forward`` can be captured as a CUDA graph."""
+
+    def __init__(self, torch, graph, batch):
+        p = graph.plan
+        w, b = graph.plan_params()
+        self.torch = torch
+        self.n_in = p["n_in"]
+        n_slots = self.n_in + p["nodes"].size
+        lp, indptr, indices = p["level_ptr"], p["indptr"], p["indices"]
+        dev = dict(dtype=torch.float64, device="cuda")
+        self.levels, self.dense_elems = [], 0
+        for level in range(lp.size - 1):
+            r0, r1 = int(lp[level]), int(lp[level + 1])
+            e0, e1 = int(indptr[r0]), int(indptr[r1])
+            src = indices[e0:e1].astype(np.int64)
+            rows = np.repeat(np.arange(r1 - r0), np.diff(indptr[r0 : r1 + 1]))
+            c0, c1 = int(src.min()), self.n_in + r0  # sources all lie before this level
+            Wt = np.zeros((c1 - c0, r1 - r0))
+            np.add.at(Wt, (src - c0, rows), w[e0:e1])
+            self.dense_elems += Wt.size
+            self.levels.append(
+                (
+                    c0,
+                    c1,
+                    self.n_in + r0,
+                    self.n_in + r1,
+                    torch.from_numpy(Wt).to(**dev),
+                    torch.from_numpy(np.ascontiguousarray(b[r0:r1])).to(**dev),
+                    torch.from_numpy(np.ascontiguousarray(p["resp"][r0:r1], dtype=np.float64)).to(**dev),
+                )
+            )
+        self.out_slots = torch.from_numpy(np.asarray(p["out_slots"], dtype=np.int64)).cuda()
+        self.x = torch.zeros((batch, self.n_in), **dev)  # static input
+        self.V = torch.zeros((batch, n_slots), **dev)
+
+    def forward(self):
+        torch, V = self.torch, self.V
+        V[:, : self.n_in] = self.x
+        for c0, c1, s0, s1, Wt, b, resp in self.levels:
+            z = torch.addcmul(b, resp, V[:, c0:c1] @ Wt)
+            V[:, s0:s1] = torch.sigmoid(torch.clamp(5.0 * z, -60.0, 60.0))
+        return V[:, self.out_slots]
+
+
+TORCH_ROWS = ("PyTorch dense per level, eager", "PyTorch dense per level, CUDA graph")
+
+
+def torch_rows(t, g, X, ref, n_levels):
+    """PyTorch peer rows: eager and CUDA-graph call (wall, synced), graph replay (events)."""
+    torch = torch_cuda()
+    if torch is None:
+        why = "torch not installed" if optional_import("torch") is None else "torch sees no CUDA device"
+        for name in TORCH_ROWS:
+            t.add(name, "cuda", None, note=why, peer=True)
+        return
+    _torch_rows(torch, t, g, X, ref, n_levels)
+    torch.cuda.empty_cache()
+
+
+def _torch_rows(torch, t, g, X, ref, n_levels):
+    peer = TorchLevels(torch, g, X.shape[0])
+    Xt = torch.from_numpy(X).cuda()
+
+    def eager():
+        peer.x.copy_(Xt)
+        return peer.forward()
+
+    err = _rel_err(eager().cpu().numpy(), ref)
+    mib = peer.dense_elems * 8 / 2**20
+    sec = time_call(eager, repeat=200, warmup=10, device="torch")
+    t.add(
+        TORCH_ROWS[0],
+        "cuda",
+        sec,
+        quality=f"max rel err {err:.1e}",
+        note=f"wall incl. sync; {n_levels} dense levels, {mib:.0f} MiB of masked weights",
+        peer=True,
+    )
+    box = {}
+
+    def step():
+        box["out"] = peer.forward()  # captured: box["out"] is the graph's static output
+
+    replay = torch_graph(step)
+
+    def graph_call():
+        peer.x.copy_(Xt)
+        replay()
+        return box["out"]
+
+    err = _rel_err(graph_call().cpu().numpy(), ref)
+    sec = time_call(graph_call, repeat=200, warmup=10, device="torch")
+    sec_k = time_torch(replay, repeat=100, warmup=10)
+    t.add(
+        TORCH_ROWS[1],
+        "cuda",
+        sec,
+        quality=f"max rel err {err:.1e}",
+        note=f"wall: input copy + replay + sync; replay alone (events) {fmt_time(sec_k)}",
+        peer=True,
+    )
+
+
 def _rel_err(got, ref):
     return float(np.max(np.abs(got - ref) / (np.abs(ref) + 1e-300)))
 
@@ -166,16 +312,27 @@ def activation_tables(args, gpu, rows_csv, latency=False):
     n_edges = 8_000 if args.quick else 74_000
     depths = [5, 40] if args.quick else [5, 180]
     batches = [1] if latency else ([1, 64] if args.quick else [1, 1024])
-    for n_levels in depths:
-        g = SparseGraph.random_layered(16, 4, n_levels, n_edges, activation="neat_sigmoid", random_state=0)
+    sizes = (784, 64, 64, 10) if args.quick else (784, 256, 256, 256, 256, 10)
+    graphs = [
+        (
+            "MLP-shaped " + "→".join(map(str, sizes)) + ", ",
+            mlp_shaped(sizes, 12_000 if args.quick else 70_800),
+        )
+    ]
+    graphs += [
+        ("", SparseGraph.random_layered(16, 4, d, n_edges, activation="neat_sigmoid", random_state=0))
+        for d in depths
+    ]
+    for label, g in graphs:
+        n_levels = g.n_levels
         net = neat_network(g) if neat is not None else None
         for B in batches:
             rng = np.random.default_rng(1)
-            X = rng.normal(size=(B, 16))
+            X = rng.normal(size=(B, g.n_inputs))
             n_slots = g.n_inputs + g.plan["nodes"].size
             traffic = 12 * g.n_active_edges + 16 * n_slots * B
             t = Table(
-                f"{n_levels} levels, {g.n_active_edges:,} connections, "
+                f"{label}{n_levels} levels, {g.n_active_edges:,} connections, "
                 f"{g.plan['nodes'].size:,} nodes, batch {B:,}",
                 baseline="ours g.forward() call (GPU)" if gpu else "ours CPU (SciPy)",
                 floor=floor_seconds(bytes_moved=traffic, launches=1) if gpu else None,
@@ -238,24 +395,36 @@ def activation_tables(args, gpu, rows_csv, latency=False):
                     "cuda",
                     sec,
                     quality=f"max rel err {err:.1e}",
-                    note=f"{fmt_time(sec / n_levels)} per level",
+                    note=f"{fmt_time(sec / n_levels)} per level (events)",
+                    peer=True,
                 )
                 res["cupy"] = sec
+                cp.get_default_memory_pool().free_all_blocks()
+            torch_rows(t, g, X, ref, n_levels)
             if net is not None:
                 if B == 1:
                     x = list(X[0])
                     sec = time_cpu(lambda: net.activate(x), repeat=10)
                     err = _rel_err(np.array(net.activate(x)), ref[0])
                     t.add(
-                        "neat-python activate", "cpu", sec, quality=f"max rel err {err:.1e}", note="one call"
+                        "neat-python activate",
+                        "cpu",
+                        sec,
+                        quality=f"max rel err {err:.1e}",
+                        note="one call",
+                        peer=True,
                     )
                 else:
                     t0 = time.perf_counter()
                     for x in X:
                         net.activate(list(x))
                     sec = time.perf_counter() - t0
-                    t.add("neat-python activate ×batch", "cpu", sec, note=f"{B} calls, measured once")
+                    t.add(
+                        "neat-python activate ×batch", "cpu", sec, note=f"{B} calls, measured once", peer=True
+                    )
                 res["neat"] = sec
+            else:
+                t.not_installed("neat-python activate", "cpu", "neat-python")
             t.print()
             rows_csv.append(res)
 
