@@ -152,13 +152,15 @@ def torch_graph(fn, warmup=3):
     return graph.replay
 
 
-def local_cluster(gpu, n_workers):
+def local_cluster(gpu, n_workers, threads=1):
     """A Dask cluster of ``n_workers``: one worker per GPU (``dask_cuda.LocalCUDACluster``
-    on GPUs 0..n-1), or single-threaded CPU worker processes."""
+    on GPUs 0..n-1, ``threads`` task threads each), or single-threaded CPU worker processes."""
     if gpu:
         from dask_cuda import LocalCUDACluster
 
-        return LocalCUDACluster(CUDA_VISIBLE_DEVICES=list(range(n_workers)), dashboard_address=None)
+        return LocalCUDACluster(
+            CUDA_VISIBLE_DEVICES=list(range(n_workers)), threads_per_worker=threads, dashboard_address=None
+        )
     from distributed import LocalCluster
 
     return LocalCluster(processes=True, n_workers=n_workers, threads_per_worker=1, dashboard_address=None)

@@ -80,8 +80,8 @@ def run_tree(tree):
         FlyNNClassifier,
         GBNNMemory,
         GPUMLPClassifier,
+        linalg,
     )
-    from sknn_gpu import linalg
     from sknn_gpu.sparse import SparseGraph
 
     assert Path(sknn_gpu.__file__).resolve().is_relative_to(Path(tree).resolve()), sknn_gpu.__file__
@@ -94,7 +94,7 @@ def run_tree(tree):
         n_components=25_088, n_connections=39, k=1_254, output="packed", random_state=0, device="cuda"
     ).fit(X)
     res["flyhash fmnist transform (events)"] = _events(lambda: fh.transform(Xd), 10)
-    del fh
+    fh = None
 
     y = rng.integers(0, 10, 60_000)
     yd = cp.asarray(y)
@@ -105,7 +105,7 @@ def run_tree(tree):
     )
     clf = FlyNNClassifier(random_state=0, device="cuda").fit(Xd, yd)
     res["flynn predict 10k (call)"] = _call(lambda: clf.predict(Q), 20)
-    del clf
+    clf = None
 
     C, L, M, K, e = 16, 512, 50_000, 30_000, 7
     msgs = rng.integers(0, L, size=(M, C), dtype=np.int64)
@@ -115,7 +115,7 @@ def run_tree(tree):
     mem = GBNNMemory(rule="joint", device="cuda", random_state=0).fit(msgs)
     pd = cp.asarray(probes)
     res["gbnn scenario2 joint retrieve (events)"] = _events(lambda: mem.retrieve(pd), 10)
-    del mem
+    mem = None
 
     yy, xx = np.mgrid[0:512, 0:512] / 512.0
     img = 0.5 + 0.25 * np.sin(6 * xx) * np.cos(4 * yy) + 0.2 * (xx - 0.5) + 0.05 * rng.random((512, 512))
@@ -168,7 +168,8 @@ def main(argv=None):
     runs = {"A": [], "B": []}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for label, tree in (("A", args.a), ("B", args.b)) if r % 2 == 0 else (("B", args.b), ("A", args.a)):
+            order = (("A", args.a), ("B", args.b))
+            for label, tree in order if r % 2 == 0 else order[::-1]:
                 out = Path(tmp) / f"{label}{r}.json"
                 env = dict(os.environ, PYTHONPATH="")
                 t0 = time.perf_counter()

@@ -17,9 +17,11 @@ the in-memory one: per-block SHA-256 digests of the codes, the count tables, the
 predictions. Times are medians (wall clock, synchronised).
 
 ``--chunk`` and ``--gbnn-chunk`` set the rows per Dask block (defaults 50,000 and
-250,000). Without a GPU (or with ``--quick``) the sizes shrink and the cluster is 1 and 2 CPU
-worker processes. Run: ``python benchmarks/bench_dask.py`` (needs the ``dask`` extra;
-``dask-cuda`` for GPUs).
+250,000); ``--threads`` the task threads of each GPU worker (default 1: with 2, one
+thread prepares the next block while the other waits on the GPU). Without a GPU (or
+with ``--quick``) the sizes shrink and the cluster is 1 and 2 CPU worker processes.
+Run: ``python benchmarks/bench_dask.py`` (needs the ``dask`` extra; ``dask-cuda`` for
+GPUs).
 """
 
 import hashlib
@@ -89,7 +91,7 @@ def _block_digests(client, H):
     return client.compute([dask.delayed(_digest)(b) for b in H.to_delayed().ravel()], sync=True)
 
 
-def run(n_rows, chunk, hash_shape, gpu, worker_counts, repeat):
+def run(n_rows, chunk, hash_shape, gpu, worker_counts, repeat, threads=1):
     from distributed import Client, wait
 
     d, m, s, k = hash_shape
@@ -138,7 +140,7 @@ def run(n_rows, chunk, hash_shape, gpu, worker_counts, repeat):
     # ------------------------------------------------ Dask on 1..n workers
     for n in worker_counts:
         label = f"Dask, {n} {unit}{'s' if n > 1 else ''}"
-        with local_cluster(gpu, n) as cluster, Client(cluster) as client:
+        with local_cluster(gpu, n, threads) as cluster, Client(cluster) as client:
             dX, dy = persist_round_robin(client, *_dask_data(sizes, d, gpu))
 
             def transform():
@@ -180,6 +182,7 @@ def main(argv=None):
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--chunk", type=int, default=50_000, help="rows per chunk (FlyHash, FlyNN)")
     extra.add_argument("--gbnn-chunk", type=int, default=250_000, help="probes per chunk (GBNN)")
+    extra.add_argument("--threads", type=int, default=1, help="task threads per GPU worker")
     own, rest = extra.parse_known_args(sys.argv[1:] if argv is None else argv)
     args = parse_args(__doc__.splitlines()[0], rest)
     print(environment_header() + "\n")
@@ -202,13 +205,13 @@ def main(argv=None):
     if args.quick or not gpu:
         run(40_000, 5_000, (784, 2_048, 39, 64), gpu, counts, repeat=3)
     else:
-        run(2_000_000, own.chunk, (784, 25_088, 39, 1_254), gpu, counts, repeat=5)
+        run(2_000_000, own.chunk, (784, 25_088, 39, 1_254), gpu, counts, repeat=5, threads=own.threads)
     import bench_gbnn
 
     if args.quick or not gpu:
         bench_gbnn.dask_scaling(16, 512, 5_000, 20_000, 7, 5_000, gpu)
     else:
-        bench_gbnn.dask_scaling(16, 512, 50_000, 6_000_000, 7, own.gbnn_chunk, gpu)
+        bench_gbnn.dask_scaling(16, 512, 50_000, 6_000_000, 7, own.gbnn_chunk, gpu, threads=own.threads)
 
 
 if __name__ == "__main__":

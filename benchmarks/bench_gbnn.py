@@ -351,7 +351,7 @@ def scenario(C, L, M, K, e, gpu, cpu_rules, peer_rules, quick):
 
 
 # ------------------------------------------------------------------ Dask scale-out (issue 18)
-def dask_scaling(C, L, M, K, e, chunk, gpu):
+def dask_scaling(C, L, M, K, e, chunk, gpu, threads=1):
     """``predict`` of K probes: in memory on one device, then Dask on one worker and on
     every GPU of the host (2 CPU worker processes without a GPU); a distributed ``fit``
     beside one in-memory fit. Results are checked equal to the in-memory ones."""
@@ -397,7 +397,7 @@ def dask_scaling(C, L, M, K, e, chunk, gpu):
     fits.add("fit in memory", device, time_call(lambda: mem.fit(msgs), repeat=5, warmup=1, device=device))
     for n in counts:
         unit = "GPU" if gpu else "CPU worker"
-        with local_cluster(gpu, n) as cluster, Client(cluster) as client:
+        with local_cluster(gpu, n, threads) as cluster, Client(cluster) as client:
             dP = da.from_array(probes, chunks=(chunk, -1))
             dM = da.from_array(msgs, chunks=(max(1, M // (4 * n)), -1))
             if gpu:
