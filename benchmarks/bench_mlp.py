@@ -17,6 +17,16 @@ pixels: the timing does not depend on the values): one epoch of per-sample SGD
 kernel / cuBLAS GEMM) vs our 'cublas' composition vs scikit-learn's MLPClassifier on
 the CPU. Slow peers run on a subset and are scaled to 60,000 samples (said in the row).
 
+PyTorch peers (issues 14): the same {784, N, 10} ReLU network, softmax cross-entropy,
+plain SGD (lr 0.01, weight decay 1e-4, no momentum), one epoch in a shuffled order, per
+sample (batch 1) and per minibatch of 200, eager and with the training step captured as
+one CUDA graph (warm-up on a side stream, then a copy of the sample into static buffers
+and a replay per step); per-sample epochs run on a subset and are scaled (said in the
+table). "vs strongest peer" is ours / the fastest PyTorch variant.
+
+For ``gemv``/``ger`` the peers are cuBLAS via CuPy and PyTorch's ``torch.mv`` /
+``torch.addr_`` (in place: A += x yᵀ), timed the same three ways when torch is installed.
+
 ``--plot PATH`` writes the Fig. 3-style plot (epoch time vs N) when matplotlib exists.
 """
 
@@ -26,7 +36,16 @@ import time
 import warnings
 
 import numpy as np
-from _harness import environment_header, fmt_time, time_call, time_cpu, time_gpu
+from _harness import (
+    environment_header,
+    fmt_time,
+    optional_import,
+    time_call,
+    time_cpu,
+    time_gpu,
+    torch_cuda,
+    torch_graph,
+)
 
 from sknn_gpu._backend import cuda_available
 
@@ -118,17 +137,43 @@ def time_queued(fn, n=20, repeat=3):
     return float(np.median(samples)) if samples else None
 
 
+def _torch_times(fn, repeat):
+    """A PyTorch peer timed like ours: events around one call, queued, and synced call (the
+    default streams of CuPy and PyTorch are the same legacy stream)."""
+    return dict(
+        torch=time_gpu(fn, repeat=repeat),
+        torch_q=time_queued(fn),
+        torch_call=time_call(fn, repeat=repeat, device="torch"),
+    )
+
+
+def _torch_cells(row, gpu, torch):
+    """The torch columns and the ratio of ours to the strongest peer (cuBLAS or torch)."""
+    if torch is None and optional_import("torch") is None or gpu and torch is None:
+        why = _torch_missing()
+        head = f"{why} | {why} | {why}"
+    else:
+        head = " | ".join(fmt_time(row.get(k)) for k in ("torch", "torch_q", "torch_call"))
+    ratios = []
+    for ours, peers in (("ours_q", ("cub_q", "torch_q")), ("ours_call", ("cub_call", "torch_call"))):
+        best = min((row[p] for p in peers if row.get(p)), default=None)
+        ratios.append(f"{row[ours] / best:.2f}×" if best and row.get(ours) else "—")
+    return f"{head} | {' · '.join(ratios)} |"
+
+
 def bench_gemv(shapes, gpu, repeat):
     from scipy.linalg import blas
 
     from sknn_gpu.linalg import gemv
 
-    print("### gemv, float32: ours vs cuBLAS vs CPU BLAS (Table I shapes)\n")
+    torch = torch_cuda() if gpu else None
+    print("### gemv, float32: ours vs cuBLAS vs torch.mv vs CPU BLAS (Table I shapes)\n")
     print(
         "| m × n | op | ours (events) | cuBLAS (events) | ours kernel (queued) | cuBLAS kernel (queued) "
-        "| ours call | cuBLAS call | CPU BLAS call | ours GB/s (queued) | floor |"
+        "| ours call | cuBLAS call | CPU BLAS call | ours GB/s (queued) | floor "
+        "| torch.mv (events) | torch.mv (queued) | torch.mv call | ours vs strongest peer (queued · call) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(0)
     for m, n in shapes:
         A = rng.standard_normal((m, n), dtype=np.float32)
@@ -156,13 +201,20 @@ def bench_gemv(shapes, gpu, repeat):
                     ours_call=time_call(ours, repeat=repeat, device="cuda"),
                     cub_call=_try(lambda: time_call(cub, repeat=repeat, device="cuda")),
                 )
+                if torch is not None:
+                    tA, tx = torch.from_numpy(A).cuda(), torch.from_numpy(x).cuda()
+                    ty = torch.from_numpy(y).cuda()
+                    op = tA.T if trans else tA
+                    tmv = lambda: torch.mv(op, tx, out=ty)  # noqa: E731
+                    assert np.allclose(tmv().cpu().numpy(), ref, rtol=1e-3, atol=1e-3 * np.abs(ref).max())
+                    row.update(_torch_times(tmv, repeat))
             floor = nbytes / 3.0e12
             print(
                 f"| {m} × {n} | {'Aᵀx' if trans else 'Ax'} | {fmt_time(row.get('ours'))} "
                 f"| {fmt_time(row.get('cub'))} | {fmt_time(row.get('ours_q'))} "
                 f"| {fmt_time(row.get('cub_q'))} "
                 f"| {fmt_time(row.get('ours_call'))} | {fmt_time(row.get('cub_call'))} | {fmt_time(cpu)} "
-                f"| {_gbps(nbytes, row.get('ours_q'))} | {fmt_time(floor)} |",
+                f"| {_gbps(nbytes, row.get('ours_q'))} | {fmt_time(floor)} | {_torch_cells(row, gpu, torch)}",
                 flush=True,
             )
     print()
@@ -173,12 +225,15 @@ def bench_ger(shapes, gpu, repeat):
 
     from sknn_gpu.linalg import ger
 
-    print("### ger (A += x yᵀ), float32: ours vs cuBLAS vs CPU BLAS (Table II shapes)\n")
+    torch = torch_cuda() if gpu else None
+    print("### ger (A += x yᵀ), float32: ours vs cuBLAS vs torch.addr_ vs CPU BLAS (Table II shapes)\n")
     print(
         "| m × n | ours (events) | cuBLAS (events) | ours kernel (queued) | cuBLAS kernel (queued) "
-        "| ours call | cuBLAS call | CPU BLAS call | ours GB/s (queued) | floor |"
+        "| ours call | cuBLAS call | CPU BLAS call | ours GB/s (queued) | floor "
+        "| torch.addr_ (events) | torch.addr_ (queued) | torch.addr_ call "
+        "| ours vs strongest peer (queued · call) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     rng = np.random.default_rng(1)
     for m, n in shapes:
         A = rng.standard_normal((m, n), dtype=np.float32)
@@ -205,12 +260,17 @@ def bench_ger(shapes, gpu, repeat):
                 ours_call=time_call(ours, repeat=repeat, device="cuda"),
                 cub_call=_try(lambda: time_call(cub, repeat=repeat, device="cuda")),
             )
+            if torch is not None:
+                tA, tx, ty = (torch.from_numpy(v).cuda() for v in (A, x, y))
+                tchk = tA.clone().addr_(tx, ty)
+                assert np.allclose(tchk.cpu().numpy(), A + np.outer(x, y), rtol=1e-5, atol=1e-6), (m, n)
+                row.update(_torch_times(lambda: tA.addr_(tx, ty), repeat))  # noqa: B023 (called at once)
         print(
             f"| {m} × {n} | {fmt_time(row.get('ours'))} | {fmt_time(row.get('cub'))} "
             f"| {fmt_time(row.get('ours_q'))} | {fmt_time(row.get('cub_q'))} "
             f"| {fmt_time(row.get('ours_call'))} "
             f"| {fmt_time(row.get('cub_call'))} | {fmt_time(cpu)} | {_gbps(nbytes, row.get('ours_q'))} "
-            f"| {fmt_time(nbytes / 3.0e12)} |",
+            f"| {fmt_time(nbytes / 3.0e12)} | {_torch_cells(row, gpu, torch)}",
             flush=True,
         )
     print()
@@ -224,11 +284,13 @@ def bench_big(gpu):
     from sknn_gpu.linalg import gemv, ger
 
     print("### Large matrices (float32): bandwidth vs the 3.0 TB/s copy ceiling\n")
+    torch = torch_cuda()
     print(
         "| m × n | MB | op | ours (events) | ours kernel (queued) | ours TB/s | % of 3.0 "
-        "| cuBLAS (events) | cuBLAS kernel (queued) | cuBLAS TB/s |"
+        "| cuBLAS (events) | cuBLAS kernel (queued) | cuBLAS TB/s | torch (queued) | torch TB/s "
+        "| ours vs strongest peer (queued) |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m, n in BIG:
         dA = cupy.random.standard_normal((m, n), dtype=cupy.float32)
         mb = dA.nbytes / 2**20
@@ -238,6 +300,10 @@ def bench_big(gpu):
                 dy = cupy.random.standard_normal(n, dtype=cupy.float32) * 1e-6
                 ours = lambda: ger(1.0, dx, dy, dA)  # noqa: E731
                 cub = lambda: _cublas().ger(1.0, dx, dy, dA)  # noqa: E731
+                tor = None
+                if torch is not None:
+                    tA, tx, ty = (torch.as_tensor(v, device="cuda") for v in (dA, dx, dy))  # zero-copy views
+                    tor = lambda: tA.addr_(tx, ty)  # noqa: E731
                 nbytes = 2 * dA.nbytes
             else:
                 t = op != "Ax"
@@ -245,14 +311,22 @@ def bench_big(gpu):
                 dy = cupy.zeros(n if t else m, dtype=cupy.float32)
                 ours = lambda: gemv(dA, dx, dy, trans=t)  # noqa: E731
                 cub = lambda: _cublas().gemv("T" if t else "N", 1.0, dA, dx, 0.0, dy)  # noqa: E731
+                tor = None
+                if torch is not None:
+                    tA, tx, ty = (torch.as_tensor(v, device="cuda") for v in (dA, dx, dy))  # zero-copy views
+                    tor = lambda: torch.mv(tA.T if t else tA, tx, out=ty)  # noqa: E731
                 nbytes = dA.nbytes
             to, tc = time_gpu(ours, repeat=10), _try(lambda: time_gpu(cub, repeat=10))  # noqa: B023
             qo, qc = time_queued(ours, n=10), _try(lambda: time_queued(cub, n=10))  # noqa: B023
             ctb = f"{nbytes / qc / 1e12:.2f}" if qc else "—"
+            qt = _try(lambda: time_queued(tor, n=10)) if tor else None  # noqa: B023
+            ttb = f"{nbytes / qt / 1e12:.2f}" if qt else ("—" if torch else _torch_missing())
+            best = min((v for v in (qc, qt) if v), default=None)
             print(
                 f"| {m} × {n} | {mb:,.0f} | {op} | {fmt_time(to)} | {fmt_time(qo)} "
                 f"| {nbytes / qo / 1e12:.2f} | "
-                f"{100 * nbytes / qo / 3e12:.0f}% | {fmt_time(tc)} | {fmt_time(qc)} | {ctb} |",
+                f"{100 * nbytes / qo / 3e12:.0f}% | {fmt_time(tc)} | {fmt_time(qc)} | {ctb} "
+                f"| {fmt_time(qt)} | {ttb} | {f'{qo / best:.2f}×' if best else '—'} |",
                 flush=True,
             )
         dA = None  # free before the next size
@@ -387,6 +461,73 @@ def profile_overheads(gpu):
     print("```\n</details>\n")
 
 
+def _torch_missing():
+    return "torch not installed" if optional_import("torch") is None else "torch sees no CUDA device"
+
+
+def torch_mlp_epochs(torch, X, y, N, batch, n_steps_max, lr=0.01, alpha=1e-4):
+    """One epoch of {784, N, 10} SGD in PyTorch, eager and CUDA graph: {variant: (seconds, steps)}.
+
+    ``n_steps_max`` caps the steps timed (the caller scales to a full epoch)."""
+    n = min(X.shape[0], n_steps_max * batch)
+    dev = dict(device="cuda", dtype=torch.float32)
+    Xt = torch.from_numpy(X[:n]).cuda()
+    yt = torch.from_numpy(np.asarray(y[:n], dtype=np.int64)).cuda()
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    out = {}
+    for variant in ("eager", "graph"):
+        b1, b2 = (6.0 / (784 + N)) ** 0.5, (6.0 / (N + 10)) ** 0.5  # Glorot uniform, as sklearn
+        W1 = ((torch.rand((784, N), generator=gen) * 2 - 1) * b1).to(**dev).requires_grad_()
+        W2 = ((torch.rand((N, 10), generator=gen) * 2 - 1) * b2).to(**dev).requires_grad_()
+        c1 = torch.zeros(N, **dev, requires_grad=True)
+        c2 = torch.zeros(10, **dev, requires_grad=True)
+        opt = torch.optim.SGD([W1, c1, W2, c2], lr=lr, momentum=0.0, weight_decay=alpha)
+        xb = torch.zeros((batch, 784), **dev)
+        yb = torch.zeros(batch, device="cuda", dtype=torch.int64)
+
+        def step(xb=xb, yb=yb, W1=W1, c1=c1, W2=W2, c2=c2, opt=opt):
+            opt.zero_grad(set_to_none=True)
+            logits = torch.relu(xb @ W1 + c1) @ W2 + c2
+            torch.nn.functional.cross_entropy(logits, yb).backward()
+            opt.step()
+
+        run = step if variant == "eager" else torch_graph(step)
+
+        def epoch(m, xb=xb, yb=yb, run=run):
+            perm = torch.randperm(n, device="cuda")
+            Xp, yp = Xt[perm], yt[perm]
+            for i in range(0, m - batch + 1, batch):
+                xb.copy_(Xp[i : i + batch])
+                yb.copy_(yp[i : i + batch])
+                run()
+
+        epoch(min(n, 50 * batch))  # warm-up (allocator, cuBLAS handles)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        epoch(n)
+        torch.cuda.synchronize()
+        out[variant] = (time.perf_counter() - t0, n // batch)
+    torch.cuda.empty_cache()
+    return out
+
+
+def _peer_line(N, row, n_total):
+    cells = [str(N)]
+    for ours_key, key in (("fused", "t1"), ("ours200", "t200")):
+        ours = row.get(ours_key)
+        eager, graph = row.get(f"{key}_eager"), row.get(f"{key}_graph")
+        if eager is None:
+            why = _torch_missing()
+            cells += [fmt_time(ours), why, why, "—"]
+            continue
+        steps = row[f"{key}_steps"]
+        scaled = f" (×{n_total / steps:.0f} of {steps:,} steps)" if key == "t1" and steps < n_total else ""
+        best = min(eager, graph)
+        ratio = f"{ours / best:.2f}×" if ours else "—"
+        cells += [fmt_time(ours), fmt_time(eager) + scaled, fmt_time(graph) + scaled, ratio]
+    return "| " + " | ".join(cells) + " |"
+
+
 def bench_mlp(gpu, quick, plot):
     from sklearn.neural_network import MLPClassifier
 
@@ -406,6 +547,7 @@ def bench_mlp(gpu, quick, plot):
     print("|---|---|---|---|---|---|---|---|")
     common = dict(solver="sgd", momentum=0.0, learning_rate_init=0.01, max_iter=1, random_state=0, alpha=1e-4)
     curves = {k: [] for k in ("fused", "cublas", "sk1", "ours200", "sk200")}
+    peer_lines = []
     for N in Ns:
         row = {}
         sub_sk1 = 300 if N >= 640 else 1000
@@ -440,6 +582,13 @@ def bench_mlp(gpu, quick, plot):
             row["pred"] = time_call(lambda: mb.predict(dX), repeat=5, device="cuda")
             acc = float((clf.predict(dX[:5000]) == dy[:5000]).mean())
             assert 0.0 <= acc <= 1.0
+        torch = torch_cuda() if gpu else None
+        if torch is not None:
+            for bs, key, cap in ((1, "t1", 500 if quick else 5000), (200, "t200", 10**9)):
+                for variant, (secs, steps) in torch_mlp_epochs(torch, X, y, N, bs, cap).items():
+                    row[f"{key}_{variant}"] = secs * (n_total // bs) / steps
+                    row[f"{key}_steps"] = steps
+        peer_lines.append(_peer_line(N, row, n_total))
         for k in curves:
             curves[k].append(row.get(k))
         print(
@@ -454,6 +603,18 @@ def bench_mlp(gpu, quick, plot):
     print(
         "\nAll GPU times are fit() wall-clock with the data already on the GPU (CuPy input), "
         "max_iter=1, including validation and the copy of coefs_ back to NumPy.\n"
+    )
+    print(f"### MLP {{784, N, 10}}: ours vs PyTorch (peer), one epoch of {n_total:,} samples\n")
+    print(
+        "| N | per-sample: ours | PyTorch eager | PyTorch CUDA graph | ours vs strongest peer "
+        "| minibatch-200: ours | PyTorch eager | PyTorch CUDA graph | ours vs strongest peer |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for line in peer_lines:
+        print(line)
+    print(
+        "\nPyTorch: wall clock of one epoch after a warm-up, synced; per-sample epochs timed on the "
+        "first steps shown and scaled to the full epoch.\n"
     )
     if plot:
         try:
