@@ -10,6 +10,12 @@ the default; "fused"; "per_class") is timed and asserted to give the same bits, 
 the row kernel's tuning knobs, the sweep launch alone and batches of 512^2 photos.
 ``--fast`` keeps camera at 512^2 and 4096^2 and the batches (no ablation table).
 
+Peers (issue 14): Pillow's Floyd-Steinberg (``Image.convert("1")``) on one core, and for
+batches of images also on every host core through a ``ThreadPoolExecutor`` (Pillow releases
+the GIL in ``convert``; the pool is created before the clock starts). The Bayer dither is a
+quality reference, not counted as a peer. "vs strongest peer" is the ratio to the fastest
+Pillow row; Pillow missing is a row saying so.
+
 Floor (per image of n pixels, s sweeps, radius r): every colour-class pass of the
 sweeps after the first streams the int16 state once (2n bytes read), the wide
 first sweep reads it once in all, so ((s-1) (r+1)^2 + 1) 2n bytes at 3.0 TB/s,
@@ -18,12 +24,23 @@ multiply-adds on top, well under the integer peak.
 """
 
 import argparse
+import os
 import sys
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
-from _harness import Table, environment_header, floor_seconds, fmt_time, parse_args, time_cpu, time_gpu
+from _harness import (
+    Table,
+    environment_header,
+    floor_seconds,
+    fmt_time,
+    optional_import,
+    parse_args,
+    time_cpu,
+    time_gpu,
+)
 from sklearn.exceptions import ConvergenceWarning
 
 from sknn_gpu._backend import cuda_available
@@ -54,6 +71,53 @@ def floyd_steinberg(img):
     from PIL import Image
 
     return np.asarray(Image.fromarray(img).convert("1"))
+
+
+def batch_table(batch, gpu, ht_cpu, check_cpu):
+    """One call on a batch of images: ours (GPU) vs Pillow FS on one core and on all cores."""
+    nb, h, w = batch.shape
+    t = Table(f"batch of {nb} × {h}x{w} photos: halftone, 2 levels", baseline="ours DT-CNN batch (GPU)")
+    if gpu:
+        import cupy as cp
+
+        dbatch = cp.asarray(batch)
+        ht_b = DTCNNHalftoner(device="cuda")
+        out_b = ht_b.fit_transform(dbatch)
+        if check_cpu:
+            ref_b = np.stack([ht_cpu.fit_transform(im) for im in batch])
+            assert np.array_equal(out_b.get(), ref_b), "batched GPU halftone differs from per-image CPU"
+        t_b = time_gpu(lambda: ht_b.transform(dbatch), repeat=5, warmup=1)
+        t.add(
+            "ours DT-CNN batch (GPU)",
+            "cuda",
+            t_b,
+            "same bits as per-image CPU" if check_cpu else "",
+            f"one call, events, {fmt_time(t_b / nb)} per image, {ht_b.n_iter_} sweeps",
+        )
+    else:
+        t.add("ours DT-CNN batch (GPU)", "cuda", None, note="no GPU here")
+    if optional_import("PIL") is None:
+        t.not_installed("Pillow Floyd-Steinberg, 1 thread", "cpu", "Pillow")
+        t.not_installed("Pillow Floyd-Steinberg, thread pool", "cpu", "Pillow")
+        return t
+    images = list(batch)
+    t.add(
+        "Pillow Floyd-Steinberg, 1 thread",
+        "cpu",
+        time_cpu(lambda: [floyd_steinberg(im) for im in images], repeat=3),
+        note="image after image",
+        peer=True,
+    )
+    workers = os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        t.add(
+            f"Pillow Floyd-Steinberg, {workers} threads",
+            "cpu",
+            time_cpu(lambda: list(pool.map(floyd_steinberg, images)), repeat=3),
+            note="ThreadPoolExecutor over the batch, all host cores",
+            peer=True,
+        )
+    return t
 
 
 def bayer(img):
@@ -118,12 +182,15 @@ def main(argv=None):
             "cpu",
             time_cpu(lambda: floyd_steinberg(img), repeat=5),
             quality(img, fs),
+            "one core",
+            peer=True,
         )
         rows.add(
             "Bayer 8x8 ordered dither (NumPy)",
             "cpu",
             time_cpu(lambda: bayer(img), repeat=5),
             quality(img, bayer(img)),
+            "quality reference (not a peer)",
         )
         out_cpu = None
         if n <= 512 * 640 or not gpu:
@@ -208,26 +275,13 @@ def main(argv=None):
             )
         rows.print()
 
-    if gpu and not args.quick:
-        import cupy as cp
-
-        # Many small images per launch: one call on a batch of 512^2 photos.
-        imgs = [all_small[k] for k in ("camera", "astronaut")]
-        for nb in (4, 16):
-            batch = np.stack([imgs[i % len(imgs)] for i in range(nb)])
-            dbatch = cp.asarray(batch)
-            ht_b = DTCNNHalftoner(device="cuda")
-            out_b = ht_b.fit_transform(dbatch)
-            if nb == 4:
-                ref_b = np.stack([ht_cpu.fit_transform(im) for im in batch])
-                assert np.array_equal(out_b.get(), ref_b), "batched GPU halftone differs from per-image CPU"
-            t_b = time_gpu(lambda: ht_b.transform(dbatch), repeat=5, warmup=1)
-            shape = f"{batch.shape[1]}x{batch.shape[2]}"
-            print(
-                f"batch of {nb} x {shape} (auto schedule): {fmt_time(t_b)} per call, "
-                f"{fmt_time(t_b / nb)} per image, {ht_b.n_iter_} sweeps"
-            )
-        print()
+    # Many small images per call: a batch of 512^2 photos (quick: 128^2 crops).
+    imgs = [all_small[k] for k in ("camera", "astronaut")]
+    if args.quick:
+        imgs = [im[:128, :128] for im in imgs]
+    for nb in (4, 16) if args.quick else (4, 16, 64):
+        batch = np.stack([imgs[i % len(imgs)] for i in range(nb)])
+        batch_table(batch, gpu, ht_cpu, check_cpu=nb == 4).print()
     if mine.fast:
         return
 
