@@ -430,17 +430,23 @@ def dask_scaling(C, L, M, K, e, chunk, gpu, threads=1):
 
 
 def main(argv=None):
-    args = parse_args(__doc__.splitlines()[0], argv)
+    import sys
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    skip_dask = "--no-dask" in argv  # the Dask part also runs in bench_dask.py
+    args = parse_args(__doc__.splitlines()[0], [a for a in argv if a != "--no-dask"])
     print(environment_header() + "\n")
     gpu = cuda_available() and args.device != "cpu"
     if args.quick:
         scenario(16, 512, 5_000, 2_000, 7, gpu, RULES, RULES if gpu else (), True)
-        dask_scaling(16, 512, 5_000, 20_000, 7, 5_000, gpu)
+        if not skip_dask:
+            dask_scaling(16, 512, 5_000, 20_000, 7, 5_000, gpu)
         return
     scenario(16, 512, 50_000, 30_000, 7, gpu, RULES, RULES if gpu else (), False)
     scenario(16, 512, 150_000, 30_000, 7, gpu, ("joint",), ("joint",) if gpu else (), False)
     # the issue-18 target: 6,000,000 Scenario-2 probes (a CPU run uses 120,000)
-    dask_scaling(16, 512, 50_000, 6_000_000 if gpu else 120_000, 7, 250_000 if gpu else 30_000, gpu)
+    if not skip_dask:
+        dask_scaling(16, 512, 50_000, 6_000_000 if gpu else 120_000, 7, 250_000 if gpu else 30_000, gpu)
 
 
 if __name__ == "__main__":
