@@ -1,6 +1,8 @@
 """DTCNNHalftoner, hvs_psnr and the `sknn-gpu halftone` command."""
 
+import logging
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -380,6 +382,234 @@ def test_oversize_work_is_refused_before_allocating(rng, monkeypatch):
     monkeypatch.setattr(backend, "free_memory", lambda device: 10_000)
     with pytest.raises(backend.InsufficientMemoryError, match="halftoning images of shape"):
         DTCNNHalftoner(device="cpu").fit(rng.random((64, 64)))
+
+
+# ------------------------------------------------------------------------ verbose
+def _halftone_lines(caplog):
+    return [r.getMessage() for r in caplog.records if r.name == "sknn_gpu.halftone"]
+
+
+def _spy_engine(monkeypatch, module):
+    """Record (images, progress callback) of every run_async/run_sync call of an engine."""
+    calls = []
+    for name in ("run_async", "run_sync"):
+        real = getattr(module, name)
+
+        def spy(net, *args, _real=real, _name=name, **kwargs):
+            progress = args[3] if len(args) > 3 else kwargs.get("progress")
+            calls.append((_name, net.Z.shape[0], progress))
+            return _real(net, *args, **kwargs)
+
+        monkeypatch.setattr(module, name, spy)
+    return calls
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+def test_verbose_zero_is_silent_one_engine_call_and_no_callback(caplog, monkeypatch, rng):
+    """Silent calls hand the engine the whole batch and no callback (the GPU then keeps
+    all sweeps in one launch); verbose single images get a per-sweep callback."""
+    calls = _spy_engine(monkeypatch, cpu_engine)
+    batch = np.stack([smooth_image(rng, (20, 24)) for _ in range(3)])
+    with caplog.at_level(logging.DEBUG, logger="sknn_gpu"):
+        ht = DTCNNHalftoner(device="cpu").fit(batch)
+        ht.transform(batch[0])
+        DTCNNHalftoner(device="cpu", mode="sync", max_iter=5).fit(batch)
+    assert _halftone_lines(caplog) == []
+    assert calls == [("run_async", 3, None), ("run_async", 1, None), ("run_sync", 3, None)]
+    calls.clear()
+    ht.set_params(verbose=1).transform(batch[0])
+    ht.set_params(mode="sync").fit(batch)
+    assert [c[:2] for c in calls] == [("run_async", 1), ("run_sync", 3)]
+    assert all(callable(c[2]) for c in calls)
+
+
+def test_verbose_1_logs_one_summary_line_per_call(caplog, rng):
+    img = smooth_image(rng, (30, 30))
+    batch = np.stack([smooth_image(rng, (20, 24)) for _ in range(3)])
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.halftone"):
+        ht = DTCNNHalftoner(device="cpu", verbose=1).fit(img)
+        ht.transform(batch)
+        sync = DTCNNHalftoner(device="cpu", verbose=True, mode="sync", max_iter=400).fit(img)
+    lines = _halftone_lines(caplog)
+    assert len(lines) == 3, lines
+    n = ht.n_iter_
+    assert re.fullmatch(
+        rf"DTCNNHalftoner\.fit: {n} sweeps in [\d.]+ s, images=1, n_iter={n}, converged=True", lines[0]
+    )
+    assert re.fullmatch(
+        r"DTCNNHalftoner\.transform: 3 images in [\d.]+ s, n_iter=\d+, converged=True", lines[1]
+    )
+    k = sync.n_iter_
+    assert sync.cycle_detected_ and re.fullmatch(
+        rf"DTCNNHalftoner\.fit: {k} sweeps in [\d.]+ s, images=1, n_iter={k}, converged=False, cycle=True",
+        lines[2],
+    )
+
+
+@pytest.mark.parametrize("init", ["input", "random"])
+def test_verbose_2_reports_per_sweep_and_per_group_with_the_same_bits(caplog, monkeypatch, init, rng):
+    import sknn_gpu.halftone._dtcnn as dtcnn_module
+
+    batch = np.stack([smooth_image(rng, (18, 22)) for _ in range(5)])
+    params = dict(device="cpu", init=init, random_state=4, levels=3)
+    quiet = DTCNNHalftoner(**params).fit(batch)
+    expected = quiet.transform(batch)
+    monkeypatch.setattr(dtcnn_module, "PROGRESS_PIXELS", 2 * 18 * 22)  # two images a group
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.halftone"):
+        loud = DTCNNHalftoner(verbose=2, **params).fit(batch)
+        out = loud.transform(batch)
+        single = loud.transform(batch[1])
+    lines = _halftone_lines(caplog)
+    assert lines[:3] == ["DTCNNHalftoner.fit 2/5", "DTCNNHalftoner.fit 4/5", "DTCNNHalftoner.fit 5/5"]
+    assert lines[3].startswith("DTCNNHalftoner.fit: 5 images in ")
+    assert lines[4:7] == [f"DTCNNHalftoner.transform {k}/5" for k in (2, 4, 5)]
+    sweeps = [x for x in lines[8:] if not x.startswith("DTCNNHalftoner.transform:")]
+    assert sweeps == [f"DTCNNHalftoner.transform {k}/30" for k in range(1, len(sweeps) + 1)]
+    assert len(sweeps) >= 2
+    np.testing.assert_array_equal(out, expected)
+    for name in ("flips_", "energy_", "n_iter_per_image_"):
+        np.testing.assert_array_equal(getattr(loud, name), getattr(quiet, name), err_msg=name)
+    if init == "input":  # 'random' draws the thresholds of one image only
+        np.testing.assert_array_equal(single, expected[1])
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("schedule", ["rows", "fused", "per_class"])
+@pytest.mark.parametrize("block", [1, 3])
+def test_gpu_reports_blocks_of_sweeps_with_the_same_bits(caplog, monkeypatch, schedule, block, rng):
+    """verbose on one image: the GPU runs its sweeps in launches of PROGRESS_SWEEPS; same bits."""
+    monkeypatch.setattr(dtc, "GPU_SCHEDULE", schedule)
+    monkeypatch.setattr(dtc, "PROGRESS_SWEEPS", block)
+    img = smooth_image(rng, (57, 61))
+    for params in (dict(), dict(first_sweep_spacing=None, levels=3), dict(max_iter=2)):
+        cpu = DTCNNHalftoner(device="cpu", **params).fit(img)
+        quiet = DTCNNHalftoner(device="cuda", **params).fit(img)
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="sknn_gpu.halftone"):
+            loud = DTCNNHalftoner(device="cuda", verbose=2, **params).fit(img)
+        for est in (quiet, loud):
+            np.testing.assert_array_equal(est.transform(img), cpu.transform(img))
+            for name in ("flips_", "energy_", "n_iter_per_image_"):
+                np.testing.assert_array_equal(getattr(est, name), getattr(cpu, name), err_msg=name)
+        steps = [x for x in _halftone_lines(caplog) if not x.startswith("DTCNNHalftoner.fit:")]
+        n, m = cpu.n_iter_, loud.max_iter
+        done = sorted({min(k, n) for k in range(block, n + block, block)})
+        assert steps == [f"DTCNNHalftoner.fit {k}/{m}" for k in done], (steps, n)
+
+
+@pytest.mark.cuda
+def test_gpu_reports_groups_of_images_with_the_same_bits(caplog, monkeypatch, rng):
+    import sknn_gpu.halftone._dtcnn as dtcnn_module
+
+    batch = np.stack([smooth_image(rng, (33, 40)) for _ in range(5)])
+    cpu = DTCNNHalftoner(device="cpu", init="random", random_state=2).fit(batch)
+    monkeypatch.setattr(dtcnn_module, "PROGRESS_PIXELS", 2 * 33 * 40)
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.halftone"):
+        gpu = DTCNNHalftoner(device="cuda", init="random", random_state=2, verbose=2).fit(batch)
+    assert _halftone_lines(caplog)[:3] == [f"DTCNNHalftoner.fit {k}/5" for k in (2, 4, 5)]
+    np.testing.assert_array_equal(gpu.transform(batch), cpu.transform(batch))
+    for name in ("flips_", "energy_", "n_iter_per_image_"):
+        np.testing.assert_array_equal(getattr(gpu, name), getattr(cpu, name), err_msg=name)
+
+
+# ------------------------------------------------------------------------ failure half-way
+def _fail_on_call(monkeypatch, module, k):
+    """Make the engine's run_async raise MemoryError on its k-th call (as a GPU OOM would)."""
+    real, calls = module.run_async, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == k:
+            raise MemoryError("simulated out-of-memory in the middle of the sweeps")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "run_async", failing)
+    return real
+
+
+@pytest.mark.parametrize("verbose", [0, 1])
+def test_out_of_memory_half_way_leaves_fit_unfitted_and_transform_unchanged(
+    monkeypatch, device, verbose, rng
+):
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    import sknn_gpu.halftone._dtcnn as dtcnn_module
+
+    engine = dtc if device == "cuda" else cpu_engine
+    batch = np.stack([smooth_image(rng, (16, 20)) for _ in range(4)])
+    monkeypatch.setattr(dtcnn_module, "PROGRESS_PIXELS", 16 * 20)  # with verbose: one call per image
+    # the failing call: the 2nd image of the batch when verbose splits it, else the one call
+    where = "image 2 of 4" if verbose else "images 1-4 of 4"
+    done = r"; the 1 image\(s\) before it were done and are discarded" if verbose else ""
+    match = (
+        rf"DTCNNHalftoner\.fit ran out of memory on {device} while halftoning {where} \(stack of shape "
+        rf"\(4, 16, 20\)\){done}\. The size estimate .* smaller batches\. Cause: MemoryError: simulated"
+    )
+    ht = DTCNNHalftoner(device=device, verbose=verbose)
+    real = _fail_on_call(monkeypatch, engine, 2 if verbose else 1)
+    with pytest.raises(MemoryError, match=match) as err:
+        ht.fit(batch)
+    assert "simulated" in str(err.value.__cause__)
+    with pytest.raises(NotFittedError):
+        check_is_fitted(ht)
+    assert not [a for a in vars(ht) if a.endswith("_")]  # no templates_/device_ left behind
+    # a refit of a fitted estimator that fails leaves no mix of new templates and old diagnostics
+    monkeypatch.setattr(engine, "run_async", real)
+    ht.set_params(sigma=1.0).fit(batch)
+    ref_out, ref_state = ht.transform(batch), pickle.dumps(ht)
+    _fail_on_call(monkeypatch, engine, 2 if verbose else 1)
+    with pytest.raises(MemoryError, match="fit ran out of memory"):
+        ht.set_params(sigma=1.5).fit(batch)
+    with pytest.raises(NotFittedError):
+        ht.transform(batch)
+    # a failed transform changes nothing and the next one gives the same halftone
+    fitted = pickle.loads(ref_state)
+    _fail_on_call(monkeypatch, engine, 2 if verbose else 1)
+    with pytest.raises(MemoryError, match=r"DTCNNHalftoner\.transform ran out of memory"):
+        fitted.transform(batch)
+    from sknn_gpu.base import host_state
+
+    now, before = host_state(dict(vars(fitted))), host_state(dict(vars(pickle.loads(ref_state))))
+    assert sorted(now) == sorted(before)
+    for key, value in before.items():
+        if isinstance(value, dict):
+            assert value.keys() == now[key].keys(), key
+            for k in value:
+                np.testing.assert_array_equal(now[key][k], value[k], err_msg=f"{key}[{k}]")
+        else:
+            np.testing.assert_array_equal(now[key], value, err_msg=key)
+    monkeypatch.setattr(engine, "run_async", real)
+    np.testing.assert_array_equal(fitted.transform(batch), ref_out)
+
+
+def test_memory_refusal_before_starting_is_not_rewrapped(monkeypatch, rng):
+    """The up-front InsufficientMemoryError keeps its own message and type."""
+    import sknn_gpu._backend as backend
+
+    def refuse(*args, **kwargs):
+        raise backend.InsufficientMemoryError("needs 10 bytes, 1 free")
+
+    monkeypatch.setattr(cpu_engine, "prepare", refuse)
+    with pytest.raises(backend.InsufficientMemoryError, match="^needs 10 bytes, 1 free$"):
+        DTCNNHalftoner(device="cpu", verbose=1).fit(np.stack([smooth_image(rng, (12, 12))] * 2))
+
+
+# ------------------------------------------------------------------------ type hints
+def test_public_api_has_type_hints():
+    import typing
+
+    from sknn_gpu.halftone._dtcnn import DTCNNHalftoner as cls
+
+    init = typing.get_type_hints(cls.__init__)
+    assert set(init) == set(cls().get_params()) | {"return"}
+    assert init["levels"] is int and init["return"] is type(None)
+    assert typing.get_args(init["mode"]) == ("async", "sync")
+    assert typing.get_type_hints(cls.fit)["return"] is cls
+    for method in (cls.fit, cls.fit_transform, cls.transform):
+        hints = typing.get_type_hints(method)
+        assert "X" in hints and "return" in hints, method.__name__
+    assert set(typing.get_type_hints(bayer_matrix)) == {"n", "return"}
 
 
 # ------------------------------------------------------------------------ metric

@@ -21,15 +21,19 @@ from __future__ import annotations
 
 import warnings
 from numbers import Integral, Real
+from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import check_memory, is_device_array
+from .._backend import InsufficientMemoryError, array_module, check_memory, is_device_array
+from .._dask import dask_rows, is_dask_collection
+from .._progress import Progress
 from ..base import DeviceMixin
 from . import _dtcnn_cpu
 from ._images import (
@@ -38,6 +42,7 @@ from ._images import (
     from_stack,
     halftone_bytes,
     image_layout,
+    output_dtype,
     to_stack,
 )
 from ._templates import MAX_LEVELS, MAX_RADIUS, build_templates
@@ -46,9 +51,13 @@ __all__ = ["DTCNNHalftoner", "bayer_matrix"]
 
 #: Default colour-class spacing of the first sweep (see ``first_sweep_spacing``).
 FIRST_SWEEP_SPACING = 30
+#: With ``verbose`` on a batch in 'async' mode, the engine halftones groups of about this
+#: many pixels (at least one image), one call and one progress report each. Silent calls
+#: hand the engine the whole batch at once.
+PROGRESS_PIXELS = 1 << 20
 
 
-def bayer_matrix(n=8):
+def bayer_matrix(n: int = 8) -> NDArray[np.int64]:
     """The ``n x n`` Bayer ordered-dither index matrix.
 
     Parameters
@@ -101,33 +110,74 @@ def _engine(device):
 # --------------------------------------------------------------------------------------
 # the driver shared by fit and transform
 # --------------------------------------------------------------------------------------
-def _run(stk, engine, tm, m, mode, max_iter, init, boundary, rng, want_energy, first_spacing, out_dtype):
+def _image_groups(n, h, w, bar):
+    """Slices of the stack that the engine halftones one call each.
+
+    Silent (``bar`` None) or one image: the whole stack in one call. With a progress
+    report on a batch: groups of about :data:`PROGRESS_PIXELS` pixels (at least one
+    image), one report each. Images are halftoned independently in 'async' mode, so
+    the grouping never changes a bit.
+    """
+    if bar is None or n <= 1:
+        return [slice(0, n)]
+    per = max(1, PROGRESS_PIXELS // max(1, h * w))
+    return [slice(a, min(a + per, n)) for a in range(0, n, per)]
+
+
+def _out_of_memory(exc, what, device, g, n, shape):
+    """The error of an allocation that failed half-way, naming where it happened."""
+    where = f"image {g.start + 1}" if g.stop - g.start == 1 else f"images {g.start + 1}-{g.stop}"
+    done = f"; the {g.start} image(s) before it were done and are discarded" if g.start else ""
+    return MemoryError(
+        f"{what} ran out of memory on {device} while halftoning {where} of {n} "
+        f"(stack of shape {tuple(shape)}){done}. The size estimate fitted when it was checked, "
+        "so other allocations took the memory since (other arrays, CuPy's memory pool): free "
+        f"them or halftone smaller batches. Cause: {type(exc).__name__}: {exc}"
+    )
+
+
+def _run(
+    stk,
+    engine,
+    tm,
+    m,
+    mode,
+    max_iter,
+    init,
+    boundary,
+    rng,
+    want_energy,
+    first_spacing,
+    out_dtype,
+    bar=None,
+    what="DTCNNHalftoner",
+    device="cpu",
+):
     """Halftone a stack (n, H, W) with ``engine``; returns the output levels and diagnostics.
 
     The output (in ``out_dtype``) stays on the engine's device; the diagnostics are
     host arrays: ``flips``, ``converged``, ``n_iter``, ``cycle``, ``back`` ('sync'
     only: cells that differ from two sweeps back) and, with ``want_energy``,
     ``energy2`` (exact ``2 E`` per image after each sweep).
+
+    ``bar`` (a :class:`~sknn_gpu._progress.Progress`, or None when silent) advances
+    per sweep ('sync', and 'async' on one image: the engines report each sweep) or
+    per group of images ('async' on a batch: one engine call per group, see
+    :func:`_image_groups`). When silent, the engine gets the whole stack in one call
+    and no callback. A ``MemoryError`` half-way is re-raised naming the images.
     """
-    n = stk.shape[0]
-    thr = _init_thresholds(init, stk.shape, rng)
-    net = engine.prepare(stk, tm, m, boundary, thr)
+    n, h, w = stk.shape
+    thr = _init_thresholds(init, stk.shape, rng)  # drawn for the whole stack, then sliced
     info = {}
-    if mode == "async":
-        e0 = engine.energy2(net, net.Z) if want_energy else None
-        out, flips, de2 = engine.run_async(net, max_iter, first_spacing, out_dtype)
-        still = flips == 0
-        conv_any = still.any(axis=1)
-        n_iter = np.where(conv_any, still.argmax(axis=1) + 1, max_iter)
-        steps = int(n_iter.max())
-        info["flips"] = flips[:, :steps]
-        info["converged"] = conv_any
-        info["n_iter"] = n_iter
-        info["cycle"] = np.zeros(n, dtype=bool)
-        if want_energy:
-            info["energy2"] = e0[:, None] + np.cumsum(de2[:, :steps], axis=1)
-    else:
-        out, changed, back, energies = engine.run_sync(net, max_iter, want_energy, out_dtype)
+    if mode == "sync":
+        try:
+            net = engine.prepare(stk, tm, m, boundary, thr)
+            progress = bar.update if bar is not None else None
+            out, changed, back, energies = engine.run_sync(net, max_iter, want_energy, out_dtype, progress)
+        except MemoryError as exc:
+            if isinstance(exc, InsufficientMemoryError):
+                raise
+            raise _out_of_memory(exc, what, device, slice(0, n), n, stk.shape) from exc
         fixed = changed == 0
         cyc = (back == 0) & ~fixed
         conv_any = fixed.any(axis=1)
@@ -140,6 +190,44 @@ def _run(stk, engine, tm, m, mode, max_iter, init, boundary, rng, want_energy, f
         info["back"] = back
         if want_energy:
             info["energy2"] = np.stack(energies, axis=1) if energies else np.zeros((n, 0), np.int64)
+        return out, info
+
+    groups = _image_groups(n, h, w, bar)
+    per_sweep = bar.update if bar is not None and n == 1 else None
+    flips = np.zeros((n, max_iter), dtype=np.int64)
+    de2 = np.zeros((n, max_iter), dtype=np.int64)
+    e0 = np.zeros(n, dtype=np.int64)
+    out = None
+    for g in groups:
+        try:
+            thr_g = thr[g] if thr is not None and np.ndim(thr) == 3 else thr
+            net = engine.prepare(stk[g], tm, m, boundary, thr_g)
+            if want_energy:
+                e0[g] = engine.energy2(net, net.Z)
+            out_g, flips[g], de2[g] = engine.run_async(net, max_iter, first_spacing, out_dtype, per_sweep)
+            del net
+            if len(groups) == 1:
+                out = out_g
+            else:
+                if out is None:
+                    out = array_module(out_g).empty((n, h, w), dtype=out_g.dtype)
+                out[g] = out_g
+        except MemoryError as exc:
+            if isinstance(exc, InsufficientMemoryError):
+                raise
+            raise _out_of_memory(exc, what, device, g, n, stk.shape) from exc
+        if bar is not None and per_sweep is None:
+            bar.update(g.stop - g.start)
+    still = flips == 0
+    conv_any = still.any(axis=1)
+    n_iter = np.where(conv_any, still.argmax(axis=1) + 1, max_iter)
+    steps = int(n_iter.max())
+    info["flips"] = flips[:, :steps]
+    info["converged"] = conv_any
+    info["n_iter"] = n_iter
+    info["cycle"] = np.zeros(n, dtype=bool)
+    if want_energy:
+        info["energy2"] = e0[:, None] + np.cumsum(de2[:, :steps], axis=1)
     return out, info
 
 
@@ -231,6 +319,18 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         one is alpha and is copied to the output unchanged.
     random_state : int, RandomState instance or None, default=None
         Seeds ``init='random'`` (drawn on the host, so both devices agree).
+    verbose : int or bool, default=0
+        Progress reports on the ``sknn_gpu.halftone`` logger (:mod:`logging`, INFO).
+        ``0``: silent, and the work is exactly that of a silent call (one engine
+        call for the whole batch, all sweeps in one GPU launch). ``1``: one summary
+        line per call (images or sweeps, time, sweeps run, whether every image
+        converged), with a progress bar when stderr is a terminal (tqdm when it is
+        installed, else a plain line). ``2``: also one line per step. The step is a
+        sweep for one image (the GPU then launches each sweep on its own and waits
+        for its counts) and in 'sync' mode; on a batch in 'async' mode it is a group
+        of images of about a million pixels (each channel of a colour image counts
+        as one image), halftoned one engine call each. The halftone is the same bits
+        at every ``verbose``.
     device : {'auto', 'cpu', 'cuda'}, default='auto'
         Where to compute. 'auto' uses the GPU when CuPy and a GPU are usable.
     output_type : {'input', 'numpy', 'cupy'} or None, default=None
@@ -291,7 +391,21 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
 
     ``fit`` builds the templates and halftones ``X`` to record the diagnostics;
     ``transform`` halftones any images with the fitted templates and changes no
-    attribute; ``fit_transform`` returns the halftone computed by ``fit``.
+    attribute; ``fit_transform`` returns the halftone computed by ``fit``. A ``fit``
+    that fails (bad input, out of memory half-way, interrupted) leaves the
+    estimator unfitted, never with new templates beside old diagnostics; a failed
+    ``transform`` changes nothing.
+
+    ``transform`` takes Dask arrays: a batch chunked along its batch axis only is
+    halftoned block by block on the workers and comes back as a lazy Dask array,
+    the same bits as in memory (every image is halftoned on its own; the exceptions
+    are ``init='random'``, whose thresholds each block draws afresh from
+    ``random_state``, and ``mode='sync'``, where an image caught in a 2-cycle stops
+    on the step its whole block stops). A single image ``(H, W)`` or ``(H, W, C)``
+    must be one block and is halftoned as one task: every pixel depends on the
+    whole image, so chunking along rows, columns or channels is refused. ``fit``
+    takes in-memory images only; the templates do not depend on the data, so
+    fitting a small in-memory image and transforming the Dask batch is enough.
 
     Examples
     --------
@@ -321,30 +435,32 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         "T": [Real],
         "channel_axis": [StrOptions({"auto"}), Integral, None],
         "random_state": ["random_state"],
+        "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
         **DeviceMixin._device_constraints,
         **DeviceMixin._output_constraints,
     }
 
     def __init__(
         self,
-        levels=2,
+        levels: int = 2,
         *,
-        template="gaussian",
-        sigma=1.2,
-        radius=None,
-        mode="async",
-        max_iter=30,
-        init="input",
-        boundary="zero",
-        first_sweep_spacing=FIRST_SWEEP_SPACING,
-        A=None,
-        B=None,
-        T=0.0,
-        channel_axis="auto",
-        random_state=None,
-        device="auto",
-        output_type=None,
-    ):
+        template: Literal["gaussian", "custom"] = "gaussian",
+        sigma: float = 1.2,
+        radius: int | None = None,
+        mode: Literal["async", "sync"] = "async",
+        max_iter: int = 30,
+        init: Literal["input", "threshold", "bayer", "random"] = "input",
+        boundary: Literal["zero", "reflect"] = "zero",
+        first_sweep_spacing: int | None = FIRST_SWEEP_SPACING,
+        A: ArrayLike | None = None,
+        B: ArrayLike | None = None,
+        T: float = 0.0,
+        channel_axis: Literal["auto"] | int | None = "auto",
+        random_state: int | np.random.RandomState | None = None,
+        verbose: int | bool = 0,
+        device: Literal["auto", "cpu", "cuda"] = "auto",
+        output_type: Literal["input", "numpy", "cupy"] | None = None,
+    ) -> None:
         self.levels = levels
         self.template = template
         self.sigma = sigma
@@ -359,6 +475,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         self.T = T
         self.channel_axis = channel_axis
         self.random_state = random_state
+        self.verbose = verbose
         self.device = device
         self.output_type = output_type
 
@@ -423,15 +540,25 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             check_memory(dev, "cuda", what=what)
         return host, dev
 
-    def _halftone(self, X, want_energy, random_state):
+    def _halftone(self, X, want_energy, random_state, what):
         first_spacing = self._first_spacing()
         X = check_image_array(X)
         lay = image_layout(X.shape, self.channel_axis)
         self._check_size(X.shape, X.dtype, self.device_, input_on_device=is_device_array(X))
         check_image_values(X)
         rng = check_random_state(random_state)
+        stk = to_stack(X, lay)
+        name = f"{type(self).__name__}.{what}"
+        single = stk.shape[0] == 1 or self.mode == "sync"
+        bar = Progress(
+            self,
+            name,
+            total=int(self.max_iter) if single else stk.shape[0],
+            verbose=self.verbose,
+            unit="sweeps" if single else "images",
+        )
         out, info = _run(
-            to_stack(X, lay),
+            stk,
             _engine(self.device_),
             self.templates_,
             int(self.levels),
@@ -443,15 +570,43 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             want_energy,
             first_spacing,
             X.dtype,
+            bar=bar if self.verbose else None,
+            what=name,
+            device=self.device_,
         )
+        if self.verbose:
+            n_iter = np.asarray(info["n_iter"])
+            summary = dict(n_iter=int(n_iter.max()), converged=bool(np.all(info["converged"])))
+            if single:
+                summary = dict(images=stk.shape[0], **summary)
+            if self.mode == "sync":
+                summary["cycle"] = bool(np.any(info["cycle"]))
+            bar.close(**summary)
         return self._output(from_stack(out, X, lay), X), info
 
-    def _fit(self, X):
-        self.templates_ = build_templates(
-            self.template, self.sigma, self.radius, int(self.levels), self.A, self.B, self.T
-        )
-        self._resolve_device()
-        out, info = self._halftone(X, True, self.random_state)
+    def _refuse_dask(self, X, what):
+        if is_dask_collection(X):
+            raise TypeError(
+                f"{type(self).__name__}.{what} takes in-memory images (NumPy or CuPy), not a Dask "
+                "array: the templates do not depend on the images, so fit on a small in-memory "
+                "image (or X[:1].compute()) and call transform on the Dask batch, which is "
+                "halftoned block by block."
+            )
+
+    def _fit(self, X, what):
+        self._refuse_dask(X, what)
+        try:
+            self.templates_ = build_templates(
+                self.template, self.sigma, self.radius, int(self.levels), self.A, self.B, self.T
+            )
+            self._resolve_device()
+            out, info = self._halftone(X, True, self.random_state, what)
+        except BaseException:
+            # a fit that fails (bad input, out of memory half-way, interrupted) leaves the
+            # estimator unfitted: never the new templates beside the previous diagnostics
+            for attr in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
+                self.__dict__.pop(attr, None)
+            raise
         self.n_iter_per_image_ = np.asarray(info["n_iter"], dtype=np.int64)
         self.n_iter_ = int(self.n_iter_per_image_.max())
         self.converged_ = bool(np.all(info["converged"]))
@@ -477,14 +632,14 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         return out
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None) -> DTCNNHalftoner:
         """Build the templates and halftone ``X`` once to record the diagnostics.
 
         Parameters
         ----------
         X : array-like of shape (H, W), (N, H, W), (H, W, C) or (N, H, W, C)
             Images: floats in [0, 1] or uint8 (read with ``channel_axis``). NumPy or
-            CuPy.
+            CuPy (not Dask: see the class notes).
         y : None
             Ignored.
 
@@ -496,15 +651,18 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         ------
         ValueError
             Invalid or ambiguous shapes, empty images, NaN/inf, values outside
-            [0, 1]. TypeError for sparse or non-numeric input.
+            [0, 1]. TypeError for sparse, non-numeric or Dask input.
         InsufficientMemoryError
             When the images would not fit in memory (checked before any scan).
+        MemoryError
+            When memory runs out half-way all the same (other allocations took it);
+            the message names the images, and the estimator is left unfitted.
         """
-        self._fit(X)
+        self._fit(X, "fit")
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit_transform(self, X, y=None):
+    def fit_transform(self, X: ArrayLike, y: None = None) -> Any:
         """Fit on ``X`` and return its halftone (computed once).
 
         Parameters
@@ -518,20 +676,60 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             uint8 for uint8 input, else float (the input's float dtype) with values
             ``k / (levels - 1)``.
         """
-        return self._fit(X)
+        return self._fit(X, "fit_transform")
 
-    def transform(self, X):
+    def _dask_images(self, X):
+        """Shape and dtype of one image's halftone, after refusing what Dask cannot do here."""
+        lay = image_layout(X.shape, self.channel_axis)
+        name = f"{type(self).__name__}.transform"
+        if lay.batch and lay.axis == 0:
+            raise ValueError(
+                f"{name}: a Dask batch must have its images along axis 0, but channel_axis="
+                f"{self.channel_axis} puts the channels there (shape {X.shape}); move the channel "
+                "axis, e.g. X.transpose(1, 2, 3, 0) with channel_axis=-1."
+            )
+        first = 1 if lay.batch else 0
+        split = [ax for ax in range(first, X.ndim) if X.numblocks[ax] != 1]
+        if split:
+            if lay.batch:
+                fix = ", ".join(f"{ax}: -1" for ax in range(1, X.ndim))
+                how = f"chunk the batch axis 0 only: X.rechunk({{{fix}}}) keeps each image whole in one block"
+            else:
+                how = (
+                    "pass it as one block (X.rechunk(-1)), or stack several images into a batch "
+                    "(N, H, W) chunked along N"
+                )
+            raise ValueError(
+                f"{name}: the Dask array ({lay.describe()}) is chunked along axis {split[0]} "
+                f"(chunks {X.chunks}); every pixel of a halftone depends on the whole image, so "
+                f"an image cannot be split across blocks: {how}."
+            )
+        return X.shape[1:], output_dtype(X.dtype)
+
+    @dask_rows(lambda est, X: (X.shape[1:], output_dtype(X.dtype)))
+    def _transform_dask(self, X):
+        """``transform`` of one Dask block (the shared wrapper maps it over the blocks)."""
+        return self.transform(X)
+
+    def transform(self, X: Any) -> Any:
         """Halftone images with the fitted templates (attributes are left unchanged).
 
         Parameters
         ----------
         X : array-like of shape (H, W), (N, H, W), (H, W, C) or (N, H, W, C)
-            As for :meth:`fit` (any size).
+            As for :meth:`fit` (any size). Or a Dask array: a batch chunked along its
+            batch axis only (each block is halftoned on a worker), or a single image
+            in one block (see the class notes).
 
         Returns
         -------
         halftone : array of the same shape and array type as ``X``
+            A lazy Dask array for a Dask input, whose blocks have the array type of
+            the input's blocks (or ``output_type``).
         """
         check_is_fitted(self, "templates_")
-        out, _ = self._halftone(X, False, self.random_state)
+        if is_dask_collection(X):
+            self._dask_images(X)
+            return self._transform_dask(X)
+        out, _ = self._halftone(X, False, self.random_state, "transform")
         return out

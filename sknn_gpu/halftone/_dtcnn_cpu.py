@@ -93,8 +93,12 @@ def _sparse_pass(Zp, b, A64, sel, ci, cj, p):
     return np.einsum("nijab,ab->nij", win, A64) + b[sel, ci::p, cj::p]
 
 
-def _sweeps(Z, b, A, gain, a_c, m, max_iter, first_spacing=None):
-    """Colour-class sweeps until a sweep changes nothing; per-sweep flips and 2 dE (int64)."""
+def _sweeps(Z, b, A, gain, a_c, m, max_iter, first_spacing=None, progress=None):
+    """Colour-class sweeps until a sweep changes nothing; per-sweep flips and 2 dE (int64).
+
+    ``progress``, when given, is called with 1 after each sweep (the sweeps are a
+    Python loop here, so reporting costs nothing).
+    """
     n, h, w = Z.shape
     r = (A.shape[0] - 1) // 2
     A64 = A.astype(np.int64)
@@ -135,10 +139,12 @@ def _sweeps(Z, b, A, gain, a_c, m, max_iter, first_spacing=None):
                 flips[active, s] += changed.reshape(active.size, -1).sum(axis=1)
                 de2[active, s] += np.where(changed, d, 0).reshape(active.size, -1).sum(axis=1)
                 Zp[sel, rows, cols] = znew
+        if progress is not None:
+            progress(1)
     return Zp[:, r : r + h, r : r + w].astype(np.int16), flips, de2
 
 
-def run_async(net, max_iter, first_spacing, out_dtype):
+def run_async(net, max_iter, first_spacing, out_dtype, progress=None):
     """Asynchronous (colour-class Gauss-Seidel) sweeps from ``net.Z``.
 
     Parameters
@@ -151,6 +157,10 @@ def run_async(net, max_iter, first_spacing, out_dtype):
         Colour-class spacing of sweep 0 (None: ``r + 1`` like the others).
     out_dtype : dtype
         Dtype of the returned output levels.
+    progress : callable or None, default=None
+        Called with the number of sweeps run, after each sweep (the CUDA engine:
+        after each block of ``PROGRESS_SWEEPS`` sweeps, one launch each). None (the
+        estimator's ``verbose=0``) keeps the CUDA engine at one launch for all sweeps.
 
     Returns
     -------
@@ -160,11 +170,11 @@ def run_async(net, max_iter, first_spacing, out_dtype):
         Cells changed and exact ``2 dE`` per image and sweep (host; zero after the
         sweep that changed nothing).
     """
-    Z, flips, de2 = _sweeps(net.Z, net.b, net.A, net.gain, net.a_c, net.m, max_iter, first_spacing)
+    Z, flips, de2 = _sweeps(net.Z, net.b, net.A, net.gain, net.a_c, net.m, max_iter, first_spacing, progress)
     return state_to_output(Z, net.m, out_dtype, np), flips, de2
 
 
-def run_sync(net, max_iter, want_energy, out_dtype):
+def run_sync(net, max_iter, want_energy, out_dtype, progress=None):
     """Synchronous (Jacobi) steps from ``net.Z`` until a fixed point or a 2-cycle.
 
     Parameters
@@ -173,6 +183,9 @@ def run_sync(net, max_iter, want_energy, out_dtype):
         As for :func:`run_async` (``max_iter`` counts steps).
     want_energy : bool
         Record ``2 E`` after every step.
+    progress : callable or None, default=None
+        Called with 1 after each step (both engines wait for each step's counts
+        anyway, so reporting adds no launch).
 
     Returns
     -------
@@ -200,6 +213,8 @@ def run_sync(net, max_iter, want_energy, out_dtype):
         steps = s + 1
         if want_energy:
             energies.append(energy2(net, zcur))
+        if progress is not None:
+            progress(1)
         if np.all((changed[:, s] == 0) | (back[:, s] == 0)):
             break
     out = state_to_output(zcur.astype(np.int16), net.m, out_dtype, np)

@@ -13,7 +13,7 @@ from .._backend import device_limits, get_cupy, to_host
 from .._kernels import check_barrier_error, get_function
 from ._fixed_point import Network, initial_state, input_state, state_energy2, state_to_output
 
-__all__ = ["prepare", "energy2", "run_async", "run_sync", "GPU_SCHEDULE"]
+__all__ = ["prepare", "energy2", "run_async", "run_sync", "GPU_SCHEDULE", "PROGRESS_SWEEPS"]
 
 #: How the GPU runs the asynchronous sweeps: "rows" (one persistent launch for all
 #: sweeps; the colour classes of one class row ci run as dependent steps along each
@@ -24,6 +24,12 @@ __all__ = ["prepare", "energy2", "run_async", "run_sync", "GPU_SCHEDULE"]
 #: otherwise fused when a class pass has at most 3000 tiles, else per_class). All
 #: give the same bits; the tests exercise each.
 GPU_SCHEDULE = "auto"
+
+#: Sweeps per launch when a ``progress`` callback is given (the estimator's ``verbose``
+#: on a single image): the sweeps then run in blocks of this many, one launch (and one
+#: wait for the counters) each, with the same bits. Without a callback all sweeps stay
+#: in one launch.
+PROGRESS_SWEEPS = 1
 
 #: Row schedule: threads per block (RT in dtcnn.cu), staging buffer for the
 #: neighbour rows (int16 values) and the dynamic shared-memory ceiling per block.
@@ -355,13 +361,16 @@ def _sweeps(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing=None):
     return Z, counters
 
 
-def run_async(net, max_iter, first_spacing, out_dtype):
+def run_async(net, max_iter, first_spacing, out_dtype, progress=None):
     """Asynchronous sweeps on the GPU; same parameters and results as ``_dtcnn_cpu.run_async``.
 
     ``net.Z`` is updated in place. The output conversion is queued before the host
-    waits for the counters.
+    waits for the counters. Without ``progress`` every sweep runs in one launch
+    (``rows``/``fused``); with it, in blocks of :data:`PROGRESS_SWEEPS` sweeps.
     """
     n = net.Z.shape[0]
+    if progress is not None:
+        return _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress)
     Z, counters = _sweeps(net.Z, net.b, net.A_dev, net.gain, net.a_c, max_iter, net.defines, first_spacing)
     out = _output(Z, net.m, out_dtype, net.defines)
     de2, flips, _, _, bar_err = _split_counters(to_host(counters), n, max_iter)
@@ -369,8 +378,41 @@ def run_async(net, max_iter, first_spacing, out_dtype):
     return out, flips.astype(np.int64), de2.view(np.int64).astype(np.int64)
 
 
-def run_sync(net, max_iter, want_energy, out_dtype):
-    """Synchronous steps on the GPU; same parameters and results as ``_dtcnn_cpu.run_sync``."""
+def _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress):
+    """:func:`run_async` in blocks of sweeps, calling ``progress(sweeps)`` after each.
+
+    Same bits as one launch: a sweep depends only on the state ``Z``, which stays on
+    the device between launches; the first block alone uses ``first_spacing``. A
+    launch sweeps again an image that reached its fixed point in an earlier block
+    (one launch skips it), which changes nothing and counts 0 flips and 0 energy,
+    as the skipped sweep does.
+    """
+    n = net.Z.shape[0]
+    flips = np.zeros((n, max_iter), dtype=np.int64)
+    de2 = np.zeros((n, max_iter), dtype=np.int64)
+    s = 0
+    while s < max_iter:
+        k = min(max(1, int(PROGRESS_SWEEPS)), max_iter - s)
+        spacing = first_spacing if s == 0 else None
+        _, counters = _sweeps(net.Z, net.b, net.A_dev, net.gain, net.a_c, k, net.defines, spacing)
+        d, f, _, _, bar_err = _split_counters(to_host(counters), n, k)
+        check_barrier_error(bar_err, "DTCNNHalftoner")
+        flips[:, s : s + k] = f
+        de2[:, s : s + k] = d.view(np.int64)
+        still = np.flatnonzero(f.sum(axis=0) == 0)  # sweeps that changed no cell of any image
+        ran = int(still[0]) + 1 if still.size else k
+        s += ran
+        progress(ran)
+        if still.size:
+            break
+    return _output(net.Z, net.m, out_dtype, net.defines), flips, de2
+
+
+def run_sync(net, max_iter, want_energy, out_dtype, progress=None):
+    """Synchronous steps on the GPU; same parameters and results as ``_dtcnn_cpu.run_sync``.
+
+    One launch per step and a wait for its counts, with or without ``progress``.
+    """
     cp = get_cupy()
     Z = net.Z
     n, h, w = Z.shape
@@ -395,7 +437,10 @@ def run_sync(net, max_iter, want_energy, out_dtype):
         steps = s + 1
         if want_energy:
             energies.append(energy2(net, znew))
-        if bool(cp.all((ch == 0) | (bk == 0))):
+        stop = bool(cp.all((ch == 0) | (bk == 0)))
+        if progress is not None:
+            progress(1)
+        if stop:
             break
     out = _output(bufs[0], net.m, out_dtype, net.defines)
     changed, back = to_host(changed[:, :steps]), to_host(back[:, :steps])
