@@ -9,20 +9,18 @@ no GPU for ``--device cuda``, a full disk). ``--debug`` shows the traceback inst
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import math
 import os
 import platform
 import sys
-import threading
 import time
 import warnings
 from pathlib import Path
 
 #: Exit statuses.
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
-#: Seconds before the first progress line on a terminal, and between two of them.
-PROGRESS_DELAY = 1.0
-PROGRESS_EVERY = 1.0
 
 _PILLOW_HINT = "Pillow is needed to read and write image files: pip install sknn-gpu[demo]"
 
@@ -235,43 +233,28 @@ def _to_uint8(out, levels):
     return ((k * 510 + (levels - 1)) // (2 * (levels - 1))).astype(np.uint8)
 
 
-class _Progress:
-    """A stderr line refreshed every second while a long computation runs (terminals only)."""
-
-    def __init__(self, label, stream=None):
-        self.label = label
-        self.stream = stream if stream is not None else sys.stderr
-        self._stop = threading.Event()
-        self._thread = None
-        self._shown = False
-
-    def __enter__(self):
-        isatty = getattr(self.stream, "isatty", None)
-        if isatty is not None and isatty():
-            self._t0 = time.perf_counter()
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def _run(self):
-        if self._stop.wait(PROGRESS_DELAY):
-            return
-        while True:
-            elapsed = time.perf_counter() - self._t0
-            self.stream.write(f"\r{self.label}: {elapsed:.0f} s elapsed")
-            self.stream.flush()
-            self._shown = True
-            if self._stop.wait(PROGRESS_EVERY):
-                return
-
-    def __exit__(self, *exc):
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            if self._shown:
-                self.stream.write("\n")
-                self.stream.flush()
+def _stderr_is_terminal():
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
         return False
+
+
+@contextlib.contextmanager
+def _progress_without_summary():
+    """Show the halftoner's progress bar but not its INFO summary line.
+
+    The bar comes from the house mechanism (:mod:`sknn_gpu._progress`, through the
+    estimator's ``verbose``); its closing summary would repeat the result line this
+    command prints on stdout, so the family logger is held at WARNING meanwhile.
+    """
+    logger = logging.getLogger("sknn_gpu.halftone")
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def _save(Image, arr, mode, path, fmt):
@@ -331,14 +314,15 @@ def _cmd_halftone(args):
             init=args.init,
             first_sweep_spacing=args.first_sweep_spacing,
             channel_axis=None if channels == 1 else -1,
+            # progress (sweeps of a grey image, channels of a colour one) on a terminal only
+            verbose=1 if _stderr_is_terminal() else 0,
             device=device,
         )
         decoded = 2 * h * w * channels * max(4, dtype().itemsize)  # Pillow's buffer and our array
         ht._check_size(shape, dtype, device, extra_host_bytes=decoded)
         img = _read_pixels(im, src)
-    label = f"halftoning {src.name} ({w} x {h}, {channels} channel{'s' if channels > 1 else ''}) on {device}"
     t0 = time.perf_counter()
-    with _Progress(label):
+    with _progress_without_summary():
         out = ht.fit_transform(img)
     seconds = time.perf_counter() - t0
     out8 = _to_uint8(out, args.levels)

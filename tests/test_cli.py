@@ -304,27 +304,47 @@ class _Terminal(io.StringIO):
 
 
 @pytest.mark.parametrize("tty", [True, False])
-def test_progress_is_shown_on_a_terminal_only(tty, png, tmp_path, monkeypatch):
-    import time
+def test_progress_is_shown_on_a_terminal_only(tty, png, tmp_path, monkeypatch, caplog):
+    """The bar is the house one (sknn_gpu._progress through verbose): sweeps of a grey image."""
+    import logging
 
+    seen = []
     real = DTCNNHalftoner.fit_transform
 
-    def slow(self, X, y=None):
-        time.sleep(0.4)
+    def spy(self, X, y=None):
+        seen.append(self.verbose)
         return real(self, X)
 
-    monkeypatch.setattr(DTCNNHalftoner, "fit_transform", slow)
-    monkeypatch.setattr(cli, "PROGRESS_DELAY", 0.05)
-    monkeypatch.setattr(cli, "PROGRESS_EVERY", 0.05)
+    monkeypatch.setattr(DTCNNHalftoner, "fit_transform", spy)
     term = _Terminal(tty)
     monkeypatch.setattr(sys, "stderr", term)
-    assert cli.main(["halftone", str(png), str(tmp_path / "o.png"), "--device", "cpu"]) == 0
+    logger = logging.getLogger("sknn_gpu.halftone")
+    level = logger.level
+    with caplog.at_level(logging.INFO, logger="sknn_gpu"):
+        assert cli.main(["halftone", str(png), str(tmp_path / "o.png"), "--device", "cpu"]) == 0
+    assert logger.level == level  # the summary is held back during the call only
+    # no summary line on stderr: the result line on stdout says it all
+    assert not [r for r in caplog.records if r.name == "sknn_gpu.halftone"]
     text = term.getvalue()
+    assert seen == [1 if tty else 0]
     if tty:
-        assert "halftoning in.png (48 x 48, 1 channel) on cpu:" in text and "s elapsed" in text
+        expected = DTCNNHalftoner(device="cpu").fit(np.asarray(Image.open(png))).n_iter_
+        assert f"\rDTCNNHalftoner.fit_transform: {expected}/30 sweeps" in text
+        assert text.count("\r") == expected  # one refresh per sweep
         assert text.endswith("\n")
     else:
         assert text == ""
+
+
+def test_colour_progress_counts_channels(tmp_path, monkeypatch):
+    rgb = (np.stack([photo(40, s) for s in range(3)], axis=-1) * 255).astype(np.uint8)
+    src = tmp_path / "rgb.png"
+    Image.fromarray(rgb).save(src)
+    term = _Terminal(True)
+    monkeypatch.setattr(sys, "stderr", term)
+    assert cli.main(["halftone", str(src), str(tmp_path / "o.png"), "--device", "cpu"]) == 0
+    text = term.getvalue()
+    assert "\rDTCNNHalftoner.fit_transform: 3/3 images" in text and text.endswith("\n")
 
 
 # ------------------------------------------------------------------ the real process
