@@ -5,6 +5,8 @@
 * 'async' mode: the energy never increases, every change is a strict descent;
 * the NumPy engine equals a naive cell-by-cell implementation of the documented rules
   (colour classes in raster order, nearest level, ties keep the current level);
+* ``verbose`` never changes a bit: any layout, split into any image groups, gives the
+  silent call's halftone and diagnostics;
 * bad inputs raise the documented error on every device (the cuda twin runs on a GPU).
 """
 
@@ -91,6 +93,40 @@ def test_output_takes_only_allowed_levels_and_keeps_layout(data, levels, mode, i
     if lay.alpha:
         np.testing.assert_array_equal(np.moveaxis(out, axis, -1)[..., -1], np.moveaxis(X, axis, -1)[..., -1])
     np.testing.assert_array_equal(ht.transform(X), out)  # transform == fit_transform (seeded)
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")  # short sync runs
+@settings(**SETTINGS)
+@given(
+    data=images(max_side=10),
+    levels=st.integers(2, 4),
+    mode=st.sampled_from(["async", "sync"]),
+    init=st.sampled_from(["input", "random", "bayer"]),
+    group_pixels=st.integers(1, 400),
+)
+def test_verbose_never_changes_a_bit(data, levels, mode, init, group_pixels):
+    import logging
+
+    import sknn_gpu.halftone._dtcnn as dtcnn_module
+
+    X, axis = data
+    params = dict(levels=levels, mode=mode, init=init, channel_axis=axis, random_state=1, max_iter=6)
+    quiet = DTCNNHalftoner(device="cpu", **params)
+    expected = quiet.fit_transform(X)
+    real = dtcnn_module.PROGRESS_PIXELS
+    dtcnn_module.PROGRESS_PIXELS = group_pixels  # any grouping of the batch's images
+    logger = logging.getLogger("sknn_gpu.halftone")
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # keep the hypothesis run quiet
+    try:
+        loud = DTCNNHalftoner(device="cpu", verbose=2, **params)
+        got = loud.fit_transform(X)
+    finally:
+        dtcnn_module.PROGRESS_PIXELS = real
+        logger.setLevel(level)
+    np.testing.assert_array_equal(got, expected)
+    for name in ("flips_", "energy_", "n_iter_per_image_", "converged_", "cycle_detected_"):
+        np.testing.assert_array_equal(getattr(loud, name), getattr(quiet, name), err_msg=name)
 
 
 @settings(**SETTINGS)
