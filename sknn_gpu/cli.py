@@ -431,8 +431,6 @@ def main(argv=None):
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version and usage errors (already printed)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
-    from ._backend import InsufficientMemoryError
-
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -446,7 +444,7 @@ def main(argv=None):
         if isinstance(exc, UsageError):
             print(f"{_prog()}: error: {_one_line(exc)}", file=sys.stderr)
             return EXIT_USAGE
-        if isinstance(exc, (CommandError, InsufficientMemoryError, ValueError, TypeError, RuntimeError)):
+        if isinstance(exc, (CommandError, MemoryError, ValueError, TypeError, RuntimeError)):
             print(f"{_prog()}: error: {_one_line(exc)}", file=sys.stderr)
         else:
             detail = f"{type(exc).__name__}: {_one_line(exc)}"

@@ -347,6 +347,29 @@ def test_colour_progress_counts_channels(tmp_path, monkeypatch):
     assert "\rDTCNNHalftoner.fit_transform: 3/3 images" in text and text.endswith("\n")
 
 
+def test_failure_half_way_on_a_terminal_ends_the_bar_before_the_error(png, tmp_path, monkeypatch):
+    import sknn_gpu.halftone._dtcnn_cpu as engine
+
+    real = engine.decide
+    calls = []
+
+    def failing(*args):
+        calls.append(1)
+        if len(calls) == 900 + 25 + 10:  # in sweep 3 (900 colour classes in sweep 1, 25 after)
+            raise MemoryError("simulated")
+        return real(*args)
+
+    monkeypatch.setattr(engine, "decide", failing)
+    term = _Terminal(True)
+    monkeypatch.setattr(sys, "stderr", term)
+    assert cli.main(["halftone", str(png), str(tmp_path / "o.png"), "--device", "cpu"]) == 1
+    text = term.getvalue()
+    assert "\rDTCNNHalftoner.fit_transform: 1/30 sweeps" in text  # the bar had started
+    last = text.split("\n")[-2]
+    assert last.startswith("sknn-gpu: error: DTCNNHalftoner.fit_transform ran out of memory on cpu")
+    assert not (tmp_path / "o.png").exists()
+
+
 # ------------------------------------------------------------------ the real process
 def test_process_exit_statuses_and_stderr(png, tmp_path):
     def proc(*argv):

@@ -557,23 +557,27 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             verbose=self.verbose,
             unit="sweeps" if single else "images",
         )
-        out, info = _run(
-            stk,
-            _engine(self.device_),
-            self.templates_,
-            int(self.levels),
-            self.mode,
-            int(self.max_iter),
-            self.init,
-            self.boundary,
-            rng,
-            want_energy,
-            first_spacing,
-            X.dtype,
-            bar=bar if self.verbose else None,
-            what=name,
-            device=self.device_,
-        )
+        try:
+            out, info = _run(
+                stk,
+                _engine(self.device_),
+                self.templates_,
+                int(self.levels),
+                self.mode,
+                int(self.max_iter),
+                self.init,
+                self.boundary,
+                rng,
+                want_energy,
+                first_spacing,
+                X.dtype,
+                bar=bar if self.verbose else None,
+                what=name,
+                device=self.device_,
+            )
+        except BaseException:
+            bar.close()  # end the bar's line before the error is shown (as Progress.__exit__ does)
+            raise
         if self.verbose:
             n_iter = np.asarray(info["n_iter"])
             summary = dict(n_iter=int(n_iter.max()), converged=bool(np.all(info["converged"])))
