@@ -56,7 +56,7 @@ def start_cluster():
         try:
             from dask_cuda import LocalCUDACluster
 
-            return LocalCUDACluster(dashboard_address=None), True
+            return LocalCUDACluster(threads_per_worker=2, dashboard_address=None), True
         except ImportError:
             pass
     return LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None), False
