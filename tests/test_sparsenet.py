@@ -9,6 +9,7 @@ from sklearn.datasets import make_friedman1
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import r2_score
 
+from sknn_gpu._backend import to_host
 from sknn_gpu.sparse import SparseGraph, SparseNetRegressor
 
 
@@ -455,3 +456,148 @@ def test_size_estimate_bounds_the_measured_peak(params, rng):
     assert peak <= total <= 4 * peak, (peak, need)
     predict_need = sum(reg._memory_estimate(1500, 10, 1, fit=False).values())
     assert predict_peak <= predict_need <= 4 * predict_peak, (predict_peak, predict_need)
+
+
+# --------------------------------------------------------------------------- #
+# sample_weight, verbose, failures half-way (issues 15 and 17)                   #
+# --------------------------------------------------------------------------- #
+def _sw_pair(device, params, X, y, sw, X2, y2):
+    a = SparseNetRegressor(device=device, **params).fit(X, y, sample_weight=sw)
+    b = SparseNetRegressor(device=device, **params).fit(X2, y2)
+    assert len(a.loss_curve_) == len(b.loss_curve_) > 0
+    np.testing.assert_allclose(a.loss_curve_, b.loss_curve_, rtol=1e-9)
+    np.testing.assert_allclose(to_host(a.predict(X)), to_host(b.predict(X)), rtol=1e-8, atol=1e-10)
+    return a, b
+
+
+_SW_PARAMS = [
+    dict(topology="prune", hidden_layer_sizes=(12,), n_prune_steps=2, max_iter=12),
+    dict(topology="random", n_hidden=20, density=0.5, solver="sgd", learning_rate_init=0.05, max_iter=12),
+]
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("params", _SW_PARAMS, ids=["prune-adam", "random-sgd"])
+def test_integer_weights_equal_repeated_rows(device, rng, params):
+    """One minibatch (n < 200): weight k trains as k copies of the row, shuffling aside."""
+    X = rng.standard_normal((50, 4))
+    y = np.column_stack([X[:, 0] - 2 * X[:, 1], X[:, 2] * X[:, 3]])
+    sw = rng.integers(1, 4, 50)
+    _sw_pair(
+        device, dict(random_state=3, **params), X, y, sw, np.repeat(X, sw, axis=0), np.repeat(y, sw, axis=0)
+    )
+
+
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("params", _SW_PARAMS, ids=["prune-adam", "random-sgd"])
+def test_zero_weights_equal_dropped_rows(device, rng, params):
+    X = rng.standard_normal((60, 4))
+    y = X @ np.array([1.0, -1.0, 0.5, 2.0])
+    sw = np.ones(60)
+    sw[rng.choice(60, 20, replace=False)] = 0.0
+    keep = sw > 0
+    _sw_pair(device, dict(random_state=3, **params), X, y, sw, X[keep], y[keep])
+
+
+def test_unit_weights_change_no_bit(rng):
+    X = rng.standard_normal((300, 5))
+    y = X.sum(axis=1)
+    params = dict(hidden_layer_sizes=(8,), max_iter=4, random_state=0, device="cpu")
+    with pytest.warns(ConvergenceWarning):
+        a = SparseNetRegressor(**params).fit(X, y, sample_weight=np.ones(300))
+    with pytest.warns(ConvergenceWarning):
+        b = SparseNetRegressor(**params).fit(X, y)
+    np.testing.assert_allclose(a.loss_curve_, b.loss_curve_, rtol=1e-13)
+    np.testing.assert_allclose(a.predict(X), b.predict(X), rtol=1e-12)
+
+
+def test_bad_sample_weights_are_refused(rng):
+    X = rng.standard_normal((20, 3))
+    y = X[:, 0]
+    est = SparseNetRegressor(hidden_layer_sizes=(4,), max_iter=2, device="cpu")
+    with pytest.raises(ValueError, match="[Nn]egative"):
+        est.fit(X, y, sample_weight=-np.ones(20))
+    with pytest.raises(ValueError, match="inconsistent|19"):
+        est.fit(X, y, sample_weight=np.ones(19))
+    with pytest.raises(ValueError, match="NaN|infinity"):
+        est.fit(X, y, sample_weight=np.full(20, np.nan))
+    with pytest.raises(ValueError, match="at least one non-zero"):
+        est.fit(X, y, sample_weight=np.zeros(20))
+    assert not hasattr(est, "graph_")
+
+
+def test_sample_weight_is_routed_as_fit_metadata(rng):
+    import sklearn
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X = rng.standard_normal((80, 3))
+    y = X[:, 0] + X[:, 1]
+    sw = rng.random(80)
+    params = dict(hidden_layer_sizes=(6,), max_iter=3, random_state=0, device="cpu")
+    with sklearn.config_context(enable_metadata_routing=True), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        net = SparseNetRegressor(**params).set_fit_request(sample_weight=True)
+        pipe = make_pipeline(StandardScaler().set_fit_request(sample_weight=False), net).fit(
+            X, y, sample_weight=sw
+        )
+        direct = SparseNetRegressor(**params).fit(StandardScaler().fit_transform(X), y, sample_weight=sw)
+    np.testing.assert_array_equal(pipe[-1].loss_curve_, direct.loss_curve_)
+
+
+def test_verbose_logs_epochs_through_the_family_logger(rng, caplog):
+    import logging
+
+    X = rng.standard_normal((100, 3))
+    y = X[:, 0]
+    params = dict(hidden_layer_sizes=(4,), max_iter=3, random_state=0, device="cpu", n_prune_steps=1)
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.sparse"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        SparseNetRegressor(verbose=0, **params).fit(X, y)
+        assert not [r for r in caplog.records if r.name.startswith("sknn_gpu.sparse")]
+        SparseNetRegressor(verbose=1, **params).fit(X, y)
+        summaries = [r.getMessage() for r in caplog.records if r.name.startswith("sknn_gpu.sparse")]
+        assert any("training (dense)" in m and "3 epochs" in m and "loss=" in m for m in summaries)
+        caplog.clear()
+        SparseNetRegressor(verbose=2, **params).fit(X, y)
+        per_epoch = [r.getMessage() for r in caplog.records if "training (dense) " in r.getMessage()]
+        assert len(per_epoch) == 3 and all("loss=" in m for m in per_epoch)
+
+
+@pytest.mark.parametrize("failing_epoch", [1, 3])
+def test_fit_failing_half_way_leaves_the_estimator_as_it_was(monkeypatch, device, rng, failing_epoch):
+    """An error part-way through training (an out-of-memory on a shared GPU, say)."""
+    from sklearn.exceptions import NotFittedError
+
+    from sknn_gpu.sparse import _sparsenet_train
+
+    X = rng.standard_normal((120, 4))
+    y = X[:, 0] - X[:, 2]
+    params = dict(hidden_layer_sizes=(6,), max_iter=4, n_prune_steps=1, random_state=0, device=device)
+    real, calls, fail_at = _sparsenet_train.Adam.step, [], [failing_epoch]
+
+    def failing(self, params_, grads):
+        calls.append(1)
+        if len(calls) == fail_at[0]:
+            raise MemoryError("simulated out-of-memory half-way through training")
+        return real(self, params_, grads)
+
+    monkeypatch.setattr(_sparsenet_train.Adam, "step", failing)
+    est = SparseNetRegressor(**params)
+    with pytest.raises(MemoryError, match="simulated"):
+        est.fit(X, y)
+    with pytest.raises(NotFittedError):
+        est.predict(X)
+    assert not hasattr(est, "n_outputs_") and not hasattr(est, "loss_curve_")
+    monkeypatch.setattr(_sparsenet_train.Adam, "step", real)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    before = (list(est.loss_curve_), to_host(est.predict(X)).copy(), est.n_edges_)
+    calls.clear()
+    fail_at[0] = 1  # partial_fit trains one epoch: one optimizer step here
+    monkeypatch.setattr(_sparsenet_train.Adam, "step", failing)
+    with pytest.raises(MemoryError, match="simulated"):
+        est.partial_fit(X, y)
+    assert est.loss_curve_ == before[0] and est.n_edges_ == before[2]
+    np.testing.assert_array_equal(to_host(est.predict(X)), before[1])

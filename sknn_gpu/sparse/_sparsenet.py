@@ -16,7 +16,7 @@ from sklearn.base import BaseEstimator, _fit_context
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._backend import (
     array_module,
@@ -26,6 +26,8 @@ from .._backend import (
     to_device,
     to_host,
 )
+from .._dask import dask_rows, is_dask_collection
+from .._progress import Progress
 from ..base import DeviceMixin, DeviceRegressorMixin
 from ._activations import (
     ACTIVATIONS,
@@ -38,6 +40,13 @@ from ._graph_build import build_random_dag, graph_nbytes, n_candidate_pairs, ran
 from ._sparsenet_train import SGD, Adam, DenseMasked, SparseModel
 
 __all__ = ["SparseNetRegressor"]
+
+
+def _prediction_shape(est, X):
+    """One sample's prediction: a value, or ``n_outputs_`` of them (Dask ``predict``)."""
+    check_is_fitted(est, "graph_")
+    return ((), np.float64) if est._y_1d else ((est.n_outputs_,), np.float64)
+
 
 #: Largest target magnitude accepted: squared errors of standardised or raw targets stay
 #: finite in float64 (|y| <= 1e100 gives squares <= 4e200 per sample).
@@ -108,8 +117,10 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         Minimum improvement of the loss (or validation score).
     warm_start : bool, default=False
         Continue from the fitted graph instead of building a new topology.
-    verbose : bool, default=False
-        Print the loss of every epoch.
+    verbose : int or bool, default=False
+        Progress through the ``sknn_gpu.sparse`` logger (and a bar on a terminal when
+        tqdm is installed): ``1`` (or True) logs one summary line per training phase,
+        ``2`` also the loss of every epoch.
     random_state : int, RandomState instance or None, default=None
         Seeds the topology, initial weights, minibatch order and validation split
         (all drawn on the host, so CPU and GPU fits start alike).
@@ -254,15 +265,23 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ public API
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X, y, sample_weight=None):
         """Build the topology (unless ``warm_start``) and train it.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
             Training inputs (NumPy or CuPy; CuPy input is validated and trained on the GPU).
+            Training is in memory: a Dask array is refused (prediction runs on Dask).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             Targets, at most ``1e100`` in magnitude.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights: each minibatch's loss is the weighted mean of its
+            samples' squared errors (and the L2 term is divided by the batch's weight
+            sum), and the target standardisation and the early-stopping R² are
+            weighted. An integer weight trains as that many copies of the row (up to
+            the shuffling of the minibatches); a minibatch whose weights are all zero
+            is skipped. Routed as fit metadata (``set_fit_request``).
 
         Returns
         -------
@@ -272,14 +291,19 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         ------
         ValueError
             For bad input or parameters (e.g. ``hidden_layer_sizes`` entries that are not
-            integers >= 1, targets larger than ``1e100`` in magnitude).
+            integers >= 1, targets larger than ``1e100`` in magnitude, negative weights).
         InsufficientMemoryError
             Before allocating, when the estimated host or device bytes do not fit.
+
+        Notes
+        -----
+        A fit that fails part-way (out of memory on a shared GPU, an interrupt) leaves
+        the estimator as it was before the call: unfitted, or with its previous model.
         """
-        return self._fit(X, y, incremental=False)
+        return self._fit(X, y, incremental=False, sample_weight=sample_weight)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y):
+    def partial_fit(self, X, y, sample_weight=None):
         """One epoch over ``(X, y)`` on the current graph (built on the first call).
 
         On an unfitted ``'prune'`` estimator the first call trains the dense net for
@@ -291,20 +315,25 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             Training inputs (NumPy or CuPy).
         y : array-like of shape (n_samples,) or (n_samples, n_outputs)
             Targets.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights, as in :meth:`fit`.
 
         Returns
         -------
         self : SparseNetRegressor
         """
-        return self._fit(X, y, incremental=True)
+        return self._fit(X, y, incremental=True, sample_weight=sample_weight)
 
+    @dask_rows(_prediction_shape)
     def predict(self, X):
         """Predict with the trained graph.
 
         Parameters
         ----------
         X : array-like of shape (n_samples, n_features)
-            NumPy or CuPy; the output follows the input's type.
+            NumPy or CuPy; the output follows the input's type. A Dask array chunked
+            by rows is predicted block by block on the workers (lazily; each row's
+            prediction is the in-memory one).
 
         Returns
         -------
@@ -510,11 +539,34 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                 "(for example divide it by its largest magnitude) and scale the predictions back."
             )
 
-    def _fit(self, X, y, incremental):
+    def _fit(self, X, y, incremental, sample_weight=None):
+        if any(is_dask_collection(a) for a in (X, y, sample_weight)):
+            raise TypeError(
+                "SparseNetRegressor trains in memory: X, y and sample_weight must be NumPy or CuPy, "
+                "not Dask arrays (predict and score take Dask arrays; fit on a sample, or on "
+                "X.compute())."
+            )
+        saved = self.__dict__.copy()
+        try:
+            return self._fit_checked(X, y, incremental, sample_weight)
+        except BaseException:
+            # a fit that fails part-way (out of memory, interrupted) leaves no half-trained
+            # model behind: the estimator is as it was before the call
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    def _fit_checked(self, X, y, incremental, sample_weight):
         fitted = hasattr(self, "graph_")
         first = not fitted or (not incremental and not self.warm_start)
         hidden = self._hidden_sizes()
         X, y = self._validate_xy(X, y, reset=first)
+        if sample_weight is not None:  # scikit-learn's checks (non-negative, finite, length), on the host
+            if is_device_array(sample_weight):
+                sample_weight = to_host(sample_weight)
+            sample_weight = _check_sample_weight(
+                sample_weight, np.empty((X.shape[0], 0)), dtype=np.float64, ensure_non_negative=True
+            )
         y2 = y.reshape(-1, 1) if y.ndim == 1 else y
         if not first and y2.shape[1] != self.n_outputs_:
             raise ValueError(f"y has {y2.shape[1]} targets but the model was fitted with {self.n_outputs_}.")
@@ -527,6 +579,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         )
         if device == "cpu":  # CuPy input trained on the CPU; NumPy input goes to the GPU in _train
             X, y2 = to_host(X), to_host(y2)
+        self._sw = sample_weight  # the host weights of this call (None: unweighted), for _train
         if first:
             self.n_outputs_ = y2.shape[1]
             self._y_1d = y.ndim == 1
@@ -541,6 +594,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             topo = self.topology
             if isinstance(topo, str) and topo == "prune":
                 self._fit_prune(X, y2, hidden, rng, incremental, max_iter, xp)
+                del self._sw
                 return self
             if isinstance(topo, str):  # 'random'
                 graph = build_random_dag(
@@ -557,18 +611,19 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                 graph = topo.subgraph(np.ones(topo.n_edges, bool))  # private copy
             self._check_graph(graph, X.shape[1], y2.shape[1])
             linear = bool(np.all(graph.activations[graph.output_ids] == ACTIVATIONS["identity"]))
-            self._y_mean, self._y_scale = self._target_scaling(y2, linear)
+            self._y_mean, self._y_scale = self._target_scaling(y2, linear, self._sw)
         else:
             graph = self.graph_
         model = SparseModel(graph, device)
         self._train(model, X, self._standardise(y2), rng, max_iter, xp)
         self._set_graph(model.to_graph())
+        del self._sw
         return self
 
     def _fit_prune(self, X, y2, hidden, rng, incremental, max_iter, xp):
         """Dense phase, pruning rounds with fine-tuning, export as ``graph_``."""
         sizes = [X.shape[1], *hidden, y2.shape[1]]
-        self._y_mean, self._y_scale = self._target_scaling(y2, linear=True)
+        self._y_mean, self._y_scale = self._target_scaling(y2, True, self._sw)
         ys = self._standardise(y2)
         model = DenseMasked(sizes, ACTIVATIONS[self.activation], float(self.slope), rng, xp)
         self.n_dense_edges_ = model.n_alive()
@@ -583,7 +638,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             frac = float(self.density) ** (s / steps)
             model.prune_to(int(round(n0 * frac)) if s < steps else int(round(n0 * self.density)))
             if ft:
-                self._train(model, X, ys, rng, ft, xp)
+                self._train(model, X, ys, rng, ft, xp, phase=f"fine-tuning, pruning round {s}/{steps}")
         self._set_graph(model.to_graph(float(self.slope)))
 
     def _standardise(self, y2):
@@ -592,28 +647,42 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         return (y2 - xp.asarray(self._y_mean)) / xp.asarray(self._y_scale)
 
     @staticmethod
-    def _target_scaling(y2, linear):
-        """Host ``(mean, scale)`` of the targets (zeros and ones when an output is not linear)."""
+    def _target_scaling(y2, linear, sample_weight=None):
+        """Host ``(mean, scale)`` of the targets (zeros and ones when an output is not linear);
+        weighted means and standard deviations with ``sample_weight``."""
         if not linear:
             return np.zeros(y2.shape[1]), np.ones(y2.shape[1])
-        scale = y2.std(axis=0)
+        if sample_weight is None:
+            scale = y2.std(axis=0)
+            mean = y2.mean(axis=0)
+        else:
+            yh = to_host(y2)
+            mean = np.average(yh, axis=0, weights=sample_weight)
+            scale = np.sqrt(np.average((yh - mean) ** 2, axis=0, weights=sample_weight))
+        scale = to_host(scale)
         scale[scale < 1e-12] = 1.0
-        return to_host(y2.mean(axis=0)), to_host(scale)
+        return to_host(mean), scale
 
-    def _train(self, model, X, ys, rng, n_epochs, xp):
+    def _train(self, model, X, ys, rng, n_epochs, xp, phase=None):
         """Minibatch training loop shared by the dense (prune) and sparse models."""
         n = X.shape[0]
+        sw = getattr(self, "_sw", None)  # host weights, or None (unweighted: the original arithmetic)
         val = None
+        sw_val = None
         if self.early_stopping and n >= 10:
             perm = rng.permutation(n)
             n_val = max(1, int(round(self.validation_fraction * n)))
             vi, ti = perm[:n_val], perm[n_val:]
+            if sw is not None:
+                sw_val, sw = sw[vi], sw[ti]
             if is_device_array(X):  # CuPy data is indexed with device indices
                 vi, ti = xp.asarray(vi), xp.asarray(ti)
             val = (xp.asarray(X[vi]), to_host(ys[vi]))
             X, ys = X[ti], ys[ti]
             n = X.shape[0]
         Xd, yd = xp.asarray(X), xp.asarray(ys)
+        swd = None if sw is None else xp.asarray(sw)
+        total_weight = float(n if sw is None else sw.sum())
         bs = min(200, n) if self.batch_size == "auto" else min(int(self.batch_size), n)
         opt = (
             Adam(model.params, self.learning_rate_init)
@@ -623,19 +692,32 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         n_out = ys.shape[1]
         best_loss, best_score, no_improve, best_params = np.inf, -np.inf, 0, None
         converged = False
+        if phase is None:
+            phase = "dense" if isinstance(model, DenseMasked) else "sparse"
+        bar = Progress(self, f"{type(self).__name__} training ({phase})", n_epochs, self.verbose, "epochs")
         for _epoch in range(n_epochs):
             order = rng.permutation(n)
             total = 0.0
             for s in range(0, n, bs):
                 idx = order[s : s + bs]
                 B = idx.size
+                if sw is not None:
+                    B = float(sw[idx].sum())  # the batch's weight plays the part of its size
+                    if B == 0.0:
+                        continue  # all weights zero: nothing to learn from this batch
                 idx = xp.asarray(idx)
                 Xb, yb = Xd[idx], yd[idx]
                 out, cache = model.forward(Xb, keep=True)
                 diff = out - yb
-                G = diff / (B * n_out)
+                if sw is None:
+                    G = diff / (B * n_out)
+                    sq = diff * diff
+                else:
+                    wb = swd[idx][:, None]
+                    G = diff * wb / (B * n_out)
+                    sq = diff * diff * wb
                 grads = model.backward(cache, G)
-                loss = 0.5 * float((diff * diff).sum()) / (B * n_out)
+                loss = 0.5 * float(sq.sum()) / (B * n_out)
                 for i in model.weight_index:
                     p = model.params[i]
                     grads[i] = grads[i] + (self.alpha / B) * p
@@ -645,7 +727,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                     for k, m in enumerate(model.masks):
                         model.params[2 * k] = model.params[2 * k] * m
                 total += loss * B
-            epoch_loss = total / n
+            epoch_loss = total / total_weight
             if not np.isfinite(epoch_loss):
                 raise ValueError(
                     "training diverged (the loss is not finite); lower learning_rate_init, or scale X "
@@ -653,12 +735,16 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                 )
             self.loss_curve_.append(epoch_loss)
             self.n_iter_ += 1
-            if self.verbose:
-                print(f"Iteration {len(self.loss_curve_)}, loss = {epoch_loss:.8f}")
             if val is not None:
                 pred = to_host(model.forward(val[0]))
-                ss_res = float(((pred - val[1]) ** 2).sum())
-                ss_tot = float(((val[1] - val[1].mean(axis=0)) ** 2).sum()) or 1.0
+                if sw_val is None:
+                    ss_res = float(((pred - val[1]) ** 2).sum())
+                    ss_tot = float(((val[1] - val[1].mean(axis=0)) ** 2).sum()) or 1.0
+                else:
+                    w = sw_val[:, None]
+                    mean = np.average(val[1], axis=0, weights=sw_val) if sw_val.sum() > 0 else 0.0
+                    ss_res = float((w * (pred - val[1]) ** 2).sum())
+                    ss_tot = float((w * (val[1] - mean) ** 2).sum()) or 1.0
                 score = 1.0 - ss_res / ss_tot
                 if score > best_score + self.tol:
                     no_improve = 0
@@ -674,9 +760,14 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                 else:
                     no_improve = 0
                 best_loss = min(best_loss, epoch_loss)
+            info = {"loss": epoch_loss}
+            if val is not None:
+                info["validation_r2"] = score
+            bar.update(**info)
             if no_improve >= self.n_iter_no_change:
                 converged = True
                 break
+        bar.close(**({"loss": self.loss_curve_[-1]} if self.loss_curve_ else {}))
         if val is not None and best_params is not None:
             model.params[:] = best_params
         if not converged and n_epochs == self.max_iter and n_epochs > 1:
