@@ -43,7 +43,9 @@ suppress_warnings = ["myst.header"]
 sphinx_gallery_conf = {
     "examples_dirs": ["../examples"],
     "gallery_dirs": ["auto_examples"],
-    "filename_pattern": r"/plot_",
+    # every example runs when the gallery is built (quickstart and the federated scripts
+    # too, so their pages show their output); `make docs-check` builds without running them
+    "filename_pattern": r"/(plot_|quickstart|federated_)",
     "ignore_pattern": r"(__init__|_helpers)\.py",
     "plot_gallery": os.environ.get("SKNN_GPU_DOCS_PLOT", "True"),
     "download_all_examples": False,

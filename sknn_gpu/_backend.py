@@ -15,8 +15,9 @@ import contextvars
 import functools
 import importlib
 import os
+from collections.abc import Iterator
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -114,7 +115,7 @@ def get_cupy():
     return cupy
 
 
-def resolve_device(device="auto") -> str:
+def resolve_device(device: str = "auto") -> str:
     """Resolve a ``device`` parameter to ``'cpu'`` or ``'cuda'``.
 
     ``'auto'`` picks ``'cuda'`` when CuPy and a GPU are usable and ``'cpu'`` otherwise,
@@ -193,7 +194,7 @@ def _device_limits(device_id) -> DeviceLimits:
     )
 
 
-def device_limits(device_id=None) -> DeviceLimits:
+def device_limits(device_id: int | None = None) -> DeviceLimits:
     """Limits of the current (or the given) CUDA device, queried once per device and memoized.
 
     The one place that reads device attributes: SM count, threads, registers and shared
@@ -223,7 +224,7 @@ def is_device_array(x) -> bool:
     return _top_module(x) in ("cupy", "cupyx") and hasattr(x, "get")
 
 
-def to_device(x, device):
+def to_device(x: Any, device: str) -> Any:
     """Return ``x`` on ``device`` ('cpu' or 'cuda'); no copy when it is already there.
 
     Dense arrays become numpy/cupy arrays, sparse matrices scipy/cupyx CSR-family
@@ -247,7 +248,7 @@ def to_device(x, device):
     return cupy.asarray(x)
 
 
-def to_host(x):
+def to_host(x: Any) -> Any:
     """Return ``x`` as a NumPy array (or scipy sparse matrix); no copy for host data."""
     if x is None or np.isscalar(x):
         return x
@@ -275,7 +276,7 @@ def _check_output_type(output_type):
     return output_type
 
 
-def set_config(output_type=None) -> None:
+def set_config(output_type: str | None = None) -> None:
     """Set sknn_gpu's configuration for the current thread/context.
 
     Parameters
@@ -293,7 +294,7 @@ def set_config(output_type=None) -> None:
 
 
 @contextlib.contextmanager
-def config_context(*, output_type=None):
+def config_context(*, output_type: str | None = None) -> Iterator[None]:
     """Temporarily change sknn_gpu's configuration (see :func:`set_config`).
 
     Examples
@@ -333,7 +334,7 @@ def same_type_as_input(result, reference, output_type=None):
     return to_host(result)
 
 
-def synchronize(device):
+def synchronize(device: str) -> None:
     """Wait for queued GPU work (no-op on the CPU)."""
     if device == "cuda":
         get_cupy().cuda.get_current_stream().synchronize()
@@ -353,7 +354,7 @@ def _host_available_bytes() -> int:
         return 2**62
 
 
-def free_memory(device) -> int:
+def free_memory(device: str) -> int:
     """Bytes that can be allocated now on ``device``.
 
     On CUDA this is the driver's free memory plus what CuPy's memory pool holds
@@ -382,7 +383,7 @@ def _fmt_bytes(n) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover
 
 
-def check_memory(n_bytes, device, what="this operation", headroom=0.9):
+def check_memory(n_bytes: int, device: str, what: str = "this operation", headroom: float = 0.9) -> None:
     """Refuse work before allocating when ``n_bytes`` will not fit on ``device``.
 
     Parameters

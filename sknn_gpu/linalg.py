@@ -39,6 +39,7 @@ from scipy.linalg import blas as _blas
 from ._backend import device_limits, get_cupy, is_cupy_array
 from ._kernels import get_function
 from ._kernels._launch import Launch, LaunchTable, driver_launch
+from ._typing import Array, ArrayLike
 
 __all__ = ["gemv", "ger"]
 
@@ -172,7 +173,14 @@ def _check_operands(func, A, vectors, out):
     return kind, A.dtype, fortran
 
 
-def gemv(A, x, y=None, alpha=1.0, beta=0.0, trans=False):
+def gemv(
+    A: ArrayLike,
+    x: ArrayLike,
+    y: ArrayLike | None = None,
+    alpha: float = 1.0,
+    beta: float = 0.0,
+    trans: bool = False,
+) -> Array:
     """Matrix-vector product ``y = alpha * op(A) @ x + beta * y``.
 
     ``op(A)`` is ``A`` or, with ``trans=True``, ``A.T``. NumPy arrays use SciPy's BLAS
@@ -248,7 +256,7 @@ def gemv(A, x, y=None, alpha=1.0, beta=0.0, trans=False):
     return _gemv_cuda(A, x, y, alpha, beta, trans, fortran, ny)
 
 
-def ger(alpha, x, y, A):
+def ger(alpha: float, x: ArrayLike, y: ArrayLike, A: ArrayLike) -> Array:
     """Rank-1 update in place: ``A += alpha * outer(x, y)``.
 
     NumPy arrays use SciPy's BLAS (``sger``/``dger``); CuPy arrays use sknn_gpu's

@@ -11,6 +11,7 @@ import numpy as np
 from scipy import ndimage
 
 from ._backend import to_host
+from ._typing import ArrayLike
 
 __all__ = ["hvs_psnr"]
 
@@ -35,7 +36,7 @@ def _as_unit_float(a, name):
     return a
 
 
-def hvs_psnr(original, halftone, sigma=1.5):
+def hvs_psnr(original: ArrayLike, halftone: ArrayLike, sigma: float = 1.5) -> float:
     """PSNR (dB) between two images after a Gaussian low-pass of both.
 
     Both images are filtered with a Gaussian of standard deviation ``sigma``

@@ -90,3 +90,48 @@ def test_license_citation_changelog_and_typing_marker():
     assert f"## [{sknn_gpu.__version__}]" in changelog
     assert (PKG / "py.typed").is_file()
     assert '"sknn_gpu" = ["py.typed"]' in (ROOT / "pyproject.toml").read_text()
+
+
+def _public_callables():
+    """Every function in a public ``__all__`` and every public method of the classes there."""
+    import importlib
+    import inspect
+
+    seen, out = set(), []
+    packages = ("", ".fly", ".memory", ".halftone", ".sparse", ".neural_network")
+    packages += (".linalg", ".metrics", ".device")
+    for name in ("sknn_gpu" + p for p in packages):
+        mod = importlib.import_module(name)
+        for attr in mod.__all__:
+            obj = getattr(mod, attr)
+            if id(obj) in seen:
+                continue
+            seen.add(id(obj))
+            if inspect.isclass(obj) and obj.__module__.startswith("sknn_gpu"):
+                for meth_name, meth in vars(obj).items():
+                    if inspect.isfunction(meth) and not meth_name.startswith("_"):
+                        out.append((f"{obj.__name__}.{meth_name}", meth))
+            elif inspect.isfunction(obj) and obj.__module__.startswith("sknn_gpu"):
+                out.append((f"{obj.__module__}.{attr}", obj))
+    return out
+
+
+def test_public_api_is_annotated():
+    """py.typed promises annotations: every parameter and return of the public functions and
+    of the estimators' public methods carries one (constructors document theirs in the
+    class docstring and scikit-learn's parameter constraints)."""
+    import inspect
+
+    missing = []
+    callables = _public_callables()
+    assert len(callables) > 50  # the walk found the API (57 callables on 2026-11-23)
+    for name, fn in callables:
+        ann = fn.__annotations__
+        for p in inspect.signature(fn).parameters.values():
+            if p.name in ("self", "cls") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+                continue
+            if p.name not in ann:
+                missing.append(f"{name}({p.name})")
+        if "return" not in ann:
+            missing.append(f"{name} -> ?")
+    assert not missing, f"{len(missing)} missing annotations: {missing[:20]}"

@@ -9,6 +9,9 @@ model is bit-identical to the model fitted on everything (Ram & Sinha, AAAI 2022
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
@@ -104,7 +107,7 @@ def _combine(template, parts, names):
     return clf
 
 
-def merge_flynn(models, device=None):
+def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) -> FlyNNClassifier:
     """Merge FlyNN party models in one shot: the counts add up.
 
     Parameters
@@ -230,7 +233,7 @@ def _fit_party_pair(pair, params, index):
     return _fit_party(X, y, params, index)
 
 
-def fit_federated(client, shards, **params):
+def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
     """Fit one FlyNN party per Dask worker, where its shard lives, and merge the counts.
 
     Only the count tables (n_classes × n_components integers per party) travel

@@ -45,6 +45,7 @@ from .._backend import (
 )
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
+from .._typing import Array, ArrayLike
 from ..base import DeviceMixin
 from . import _flyhash_cpu, _flyhash_cuda
 from ._fly_dask import check_X as check_dask_X
@@ -386,7 +387,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fit
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None) -> FlyHashTransformer:
         """Draw the sparse binary projection for ``X``'s number of features.
 
         Parameters
@@ -539,7 +540,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         )
 
     # ----------------------------------------------------------- transform
-    def transform(self, X):
+    def transform(self, X: ArrayLike) -> Array:
         """Hash ``X``: the ``k_`` most active units of each sample.
 
         Parameters
@@ -588,7 +589,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             return _csr_hash(*out, shape=(n, self.n_components_))
         return out
 
-    def get_feature_names_out(self, input_features=None):
+    def get_feature_names_out(self, input_features: ArrayLike | None = None) -> np.ndarray:
         """Names of the output columns: one per hash unit (per byte for ``'packed'``).
 
         Parameters

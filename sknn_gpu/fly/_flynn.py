@@ -29,6 +29,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_dat
 from .._backend import array_module, is_cupy_sparse, is_device_array, synchronize, to_device, to_host
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
+from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin
 from . import _fly_dask, _flynn_cpu, _flynn_cuda
 from ._flyhash import FlyHashTransformer, check_footprint, flyhash_bytes
@@ -495,7 +496,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ #
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y):
+    def fit(self, X: ArrayLike, y: ArrayLike) -> FlyNNClassifier:
         """Count the FlyHash winners of every training sample per class.
 
         Parameters
@@ -535,7 +536,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return self
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y, classes=None):
+    def partial_fit(self, X: ArrayLike, y: ArrayLike, classes: ArrayLike | None = None) -> FlyNNClassifier:
         """Add a batch of samples to the counts (streaming; fit = partial_fit over batches).
 
         Parameters
@@ -643,7 +644,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return self._output(outs[0] if len(outs) == 1 else self._xp.concatenate(outs), X)
 
     @dask_rows(_per_class)
-    def novelty(self, X):
+    def novelty(self, X: ArrayLike) -> Array:
         """Novelty of every sample with respect to every class filter.
 
         Parameters
@@ -661,7 +662,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return self._novelty(X, "novelty")
 
     @dask_rows(_decision_columns)
-    def decision_function(self, X):
+    def decision_function(self, X: ArrayLike) -> Array:
         """Confidence scores: minus the novelty (higher means more likely).
 
         Parameters
@@ -681,7 +682,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return -nov
 
     @dask_rows(_per_class)
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities: softmax of ``-novelty / k_``.
 
         Parameters
@@ -701,7 +702,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         e = array_module(z).exp(z)
         return e / e.sum(axis=1, keepdims=True)
 
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Array:
         """Logarithm of :meth:`predict_proba` (same input, same columns).
 
         Parameters
@@ -718,7 +719,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return array_module(proba).log(proba)
 
     @dask_rows(_labels)
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Least novel class per sample (ties go to the lowest class index).
 
         Parameters
@@ -738,7 +739,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             return self._output(self._device_copy("classes_")[idx], X)
         return self.classes_[to_host(idx)]  # string labels stay on the host (CuPy cannot hold them)
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> float:
         """Mean accuracy of :meth:`predict` on ``X`` against ``y``.
 
         Parameters
@@ -766,7 +767,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     # differential privacy                                                 #
     # ------------------------------------------------------------------ #
 
-    def privatize(self, epsilon, n_released, random_state=None):
+    def privatize(
+        self, epsilon: float, n_released: int, random_state: int | np.random.RandomState | None = None
+    ) -> FlyNNClassifier:
         """A differentially private copy of the model (Ram & Sinha, AAAI 2022, Alg. 2).
 
         For every class independently, ``n_released`` cells are chosen by

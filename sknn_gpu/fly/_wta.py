@@ -12,6 +12,7 @@ from numbers import Integral
 import numpy as np
 
 from .._backend import array_module
+from .._typing import Array, ArrayLike
 
 __all__ = ["wta"]
 
@@ -67,7 +68,7 @@ def wta_bisect_mask(A, k, steps=BISECT_STEPS):
     return A > mid
 
 
-def wta(A, k):
+def wta(A: ArrayLike, k: int) -> Array:
     """Exact row-wise winner-take-all: the ``k`` largest entries of each row.
 
     Parameters

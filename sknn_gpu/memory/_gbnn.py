@@ -30,6 +30,7 @@ from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 from .._backend import array_module, check_memory, is_device_array, to_device, to_host
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
+from .._typing import Array, ArrayLike
 from ..base import DeviceMixin
 from . import _gbnn_cpu, _gbnn_cuda, _gbnn_dask
 from ._gbnn_cpu import _n_words
@@ -94,7 +95,7 @@ def gbnn_bytes(device, n_clusters, cluster_size, n_rows=0, operation="fit"):
 # ----------------------------------------------------------------------------------
 # Closed-form helpers
 # ----------------------------------------------------------------------------------
-def theoretical_density(n_messages, cluster_size):
+def theoretical_density(n_messages: int, cluster_size: int) -> float:
     """Expected fraction of inter-cluster edges present after storing random messages.
 
     Each of the ``L²`` possible edges between two clusters is added by one uniform
@@ -121,7 +122,7 @@ def theoretical_density(n_messages, cluster_size):
     return float(d) if np.ndim(d) == 0 else d
 
 
-def erasure_error_rate(density, n_clusters, n_erased, cluster_size):
+def erasure_error_rate(density: float, n_clusters: int, n_erased: int, cluster_size: int) -> float:
     """One-step probability that a probe with erased symbols is not uniquely resolved.
 
     After one step from the ``C − e`` known neurons, a wrong neuron of an erased
@@ -450,7 +451,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ fitting
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y=None):
+    def fit(self, X: ArrayLike, y: None = None) -> GBNNMemory:
         """Store every message of ``X`` in a fresh memory.
 
         Parameters
@@ -472,7 +473,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         return self._store(X, first=True)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y=None):
+    def partial_fit(self, X: ArrayLike, y: None = None) -> GBNNMemory:
         """Store more messages (the first call sets up the memory like ``fit``).
 
         Storing is order-independent and idempotent: the final ``W_`` depends only
@@ -599,7 +600,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         self._check_dask_probes(X)
         return (2 * self.n_clusters_ + 2,), np.int32
 
-    def retrieve(self, X, *, decoding="parallel"):
+    def retrieve(self, X: ArrayLike, *, decoding: str = "parallel") -> RetrievalResult:
         """Complete the erased symbols of every probe and report how sure it is.
 
         Parameters
@@ -669,7 +670,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         return RetrievalResult(messages=msgs, n_candidates=cnts, converged=convs, n_iter=iters)
 
     @dask_rows(_message_columns)
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Complete the erased symbols (``-1``) of every probe.
 
         Parameters
@@ -689,7 +690,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         check_is_fitted(self, "W_")
         return self._retrieve(X, "parallel", "predict").messages
 
-    def score(self, X, y=None):
+    def score(self, X: ArrayLike, y: ArrayLike | None = None) -> float:
         """Exact-recall rate: the fraction of probes whose completion equals the true message.
 
         This measures recall of **stored** messages from partial ones: ``X`` holds

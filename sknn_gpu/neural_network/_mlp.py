@@ -34,6 +34,13 @@ convert to and from scikit-learn's estimator (:mod:`._interop`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._typing import Array, ArrayLike
+
+if TYPE_CHECKING:
+    from sklearn.neural_network import MLPClassifier
+
 import warnings
 from numbers import Integral, Real
 
@@ -306,7 +313,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ public API
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> GPUMLPClassifier:
         """Fit the model to data ``X`` and labels ``y``.
 
         Parameters
@@ -337,7 +344,13 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     @available_if(lambda est: est._check_solver())
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y, sample_weight=None, classes=None):
+    def partial_fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        sample_weight: ArrayLike | None = None,
+        classes: ArrayLike | None = None,
+    ) -> GPUMLPClassifier:
         """One epoch over ``X, y`` (an incremental update).
 
         Parameters
@@ -372,7 +385,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return self._fit(X, y, incremental=True, sample_weight=sample_weight, saved=saved)
 
     @dask_rows(_label_shape)
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Predict class labels (or a label-indicator matrix for multilabel targets).
 
         Parameters
@@ -390,7 +403,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return self._output(labels, X)
 
     @dask_rows(_proba_shape)
-    def predict_proba(self, X):
+    def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities.
 
         Parameters
@@ -409,7 +422,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return self._output(P, X)
 
     @dask_rows(_proba_shape)
-    def predict_log_proba(self, X):
+    def predict_log_proba(self, X: ArrayLike) -> Array:
         """Logarithm of :meth:`predict_proba`.
 
         Parameters
@@ -425,7 +438,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         P = self.predict_proba(X)
         return array_module(P).log(P)
 
-    def score(self, X, y, sample_weight=None):
+    def score(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> float:
         """Mean accuracy of :meth:`predict` on ``X`` against ``y``.
 
         Parameters
@@ -451,7 +464,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return float(accuracy_score(to_host(y), to_host(pred), sample_weight=to_host(sample_weight)))
 
     # ------------------------------------------------------------------ scikit-learn interop
-    def as_sklearn(self):
+    def as_sklearn(self) -> MLPClassifier:
         """An equivalent fitted :class:`sklearn.neural_network.MLPClassifier`.
 
         The parameters scikit-learn knows, the weights (``coefs_``, ``intercepts_``,

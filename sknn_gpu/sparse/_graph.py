@@ -25,6 +25,8 @@ by :func:`engine`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import breadth_first_order
@@ -39,6 +41,7 @@ from .._backend import (
     to_device,
     to_host,
 )
+from .._typing import Array, ArrayLike
 from . import _graph_cpu, _graph_cuda
 from ._activations import (
     ACTIVATIONS,
@@ -301,7 +304,7 @@ class SparseGraph:
             node_keys=np.array(keys),
         )
 
-    def to_neat(self, config, key=0):
+    def to_neat(self, config: Any, key: int = 0) -> Any:
         """Export as a neat-python ``DefaultGenome`` for ``config``.
 
         Inputs map to ``config``'s input keys, outputs to its output keys and hidden
@@ -340,7 +343,7 @@ class SparseGraph:
             genome.connections[cg.key] = cg
         return genome
 
-    def to_edges(self):
+    def to_edges(self) -> dict:
         """Return ``(edges, weights, biases)``: an (n_edges, 2) int array and the parameters."""
         return np.stack([self.src, self.dst], axis=1), self.weights.copy(), self.biases.copy()
 
@@ -535,12 +538,12 @@ class SparseGraph:
         return [self.node_keys[i].item() for i in cyc[:10]]
 
     # ------------------------------------------------------------------ parameters in plan order
-    def plan_params(self):
+    def plan_params(self) -> tuple[np.ndarray, np.ndarray]:
         """``(w, b)``: edge weights in plan order and biases of the computed nodes."""
         p = self.plan
         return self.weights[p["edge_id"]].copy(), self.biases[p["nodes"]].copy()
 
-    def with_params(self, w_plan, b_plan):
+    def with_params(self, w_plan: ArrayLike, b_plan: ArrayLike) -> SparseGraph:
         """A copy of this graph with plan-order weights / biases written back (structure shared)."""
         p = self.plan
         g = object.__new__(SparseGraph)
@@ -552,7 +555,7 @@ class SparseGraph:
         g._dev = {}
         return g
 
-    def subgraph(self, keep_edges):
+    def subgraph(self, keep_edges: ArrayLike) -> SparseGraph:
         """A new graph with only the stored edges where ``keep_edges`` is True."""
         keep = np.asarray(keep_edges, bool)
         return SparseGraph(
@@ -584,7 +587,7 @@ class SparseGraph:
         )
 
     # ------------------------------------------------------------------ evaluation
-    def forward(self, X, device="auto", executor="auto"):
+    def forward(self, X: ArrayLike, device: str = "auto", executor: str = "auto") -> Array:
         """Evaluate the network on the rows of ``X``.
 
         Parameters

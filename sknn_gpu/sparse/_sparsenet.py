@@ -28,6 +28,7 @@ from .._backend import (
 )
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
+from .._typing import Array, ArrayLike
 from ..base import DeviceMixin, DeviceRegressorMixin
 from ._activations import (
     ACTIVATIONS,
@@ -265,7 +266,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ public API
     @_fit_context(prefer_skip_nested_validation=True)
-    def fit(self, X, y, sample_weight=None):
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> SparseNetRegressor:
         """Build the topology (unless ``warm_start``) and train it.
 
         Parameters
@@ -303,7 +304,9 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         return self._fit(X, y, incremental=False, sample_weight=sample_weight)
 
     @_fit_context(prefer_skip_nested_validation=True)
-    def partial_fit(self, X, y, sample_weight=None):
+    def partial_fit(
+        self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
+    ) -> SparseNetRegressor:
         """One epoch over ``(X, y)`` on the current graph (built on the first call).
 
         On an unfitted ``'prune'`` estimator the first call trains the dense net for
@@ -325,7 +328,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         return self._fit(X, y, incremental=True, sample_weight=sample_weight)
 
     @dask_rows(_prediction_shape)
-    def predict(self, X):
+    def predict(self, X: ArrayLike) -> Array:
         """Predict with the trained graph.
 
         Parameters
@@ -353,7 +356,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             out = out[:, 0]
         return self._output(out, X)
 
-    def prune(self, amount):
+    def prune(self, amount: float) -> SparseNetRegressor:
         """Remove the ``round(amount * n_edges_)`` smallest-magnitude edges of the fitted graph.
 
         Parameters
