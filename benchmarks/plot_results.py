@@ -1,0 +1,228 @@
+"""Charts of ours against the strongest peers, drawn from recorded benchmark output.
+
+The benchmarks print markdown tables; a run's output is kept under
+``benchmarks/results/<date>-<device>/`` (one ``.md`` file per benchmark, exactly as
+printed). This script reads those tables — no number is typed in here — and writes:
+
+* ``docs/_static/perf/<estimator>.png``: per estimator, the median times of our rows
+  and the peers' rows of chosen tables, on a log scale;
+* ``docs/_static/perf/summary.png``: one bar per workload, how many times faster (or
+  slower) ours is than the strongest peer of that table (the README's figure);
+* ``docs/user_guide/flynn_scaling.png``: FlyNN ``predict`` against PyTorch brute-force
+  1-NN as the training set grows.
+
+Run from the repository root after recording new output:
+``python benchmarks/plot_results.py benchmarks/results/2026-11-23-h100``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+UNITS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+
+
+def parse_time(text):
+    """Seconds from a table cell such as ``27.20 ms`` (None for '—' or anything else)."""
+    m = re.fullmatch(r"\s*([0-9][0-9,]*\.?[0-9]*)\s*(ns|µs|us|ms|s)\s*", text)
+    return float(m.group(1).replace(",", "")) * UNITS[m.group(2)] if m else None
+
+
+def tables(path):
+    """``{title: [row dict, ...]}`` of every ``###`` table in a benchmark's output."""
+    out, title, header = {}, None, None
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("### "):
+            title, header = line[4:].strip(), None
+            out[title] = []
+        elif line.startswith("|") and title is not None:
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if header is None:
+                header = cells
+            elif not set(line.replace("|", "").strip()) <= set("-: "):
+                out[title].append(dict(zip(header, cells, strict=False)))
+    return out
+
+
+def find(all_tables, prefix):
+    for title, rows in all_tables.items():
+        if title.startswith(prefix):
+            return title, rows
+    raise KeyError(f"no table starting with {prefix!r}")
+
+
+def row_time(rows, name, column="median time"):
+    for r in rows:
+        if r.get("implementation") == name:
+            return parse_time(r.get(column, ""))
+    raise KeyError(name)
+
+
+def peers(rows, column="median time"):
+    """``(name, seconds)`` of the rows marked as peers that have a time."""
+    found = []
+    for r in rows:
+        name = r.get("implementation", "")
+        t = parse_time(r.get(column, ""))
+        if name.endswith("(peer)") and t is not None:
+            found.append((name[: -len(" (peer)")], t))
+    return found
+
+
+#: (label, benchmark file, table title prefix, our row, peers allowed (None: all))
+HEADLINES = [
+    ("FlyHash, FashionMNIST shape\n(vs exact PyTorch fp32 GEMM+topk)", "flyhash.md", "FashionMNIST shape",
+     "ours GPU (transform)", ["PyTorch fp32 GEMM + topk"]),
+    ("FlyHash, FashionMNIST shape\n(vs inexact PyTorch bf16 GEMM+topk)", "flyhash.md", "FashionMNIST shape",
+     "ours GPU (transform)", ["PyTorch bf16 GEMM + topk"]),
+    ("FlyNN predict, 6k train\n(vs PyTorch cdist 1-NN)", "flynn.md", "Training-set sweep (GPU): 6,000",
+     "ours FlyNN predict (GPU)", None),
+    ("FlyNN predict, 60k train\n(vs PyTorch cdist 1-NN)", "flynn.md", "Training-set sweep (GPU): 60,000",
+     "ours FlyNN predict (GPU)", None),
+    ("FlyNN predict, 600k train\n(vs PyTorch cdist 1-NN)", "flynn.md", "Training-set sweep (GPU): 600,000",
+     "ours FlyNN predict (GPU)", None),
+    ("SparseGraph batch 1, 5 levels\n(vs PyTorch CUDA graph)", "sparsenet_latency.md", "MLP-shaped",
+     "ours g.forward() call (GPU)", None),
+    ("SparseGraph batch 1, 180 levels\n(vs PyTorch CUDA graph)", "sparsenet_latency.md", "180 levels",
+     "ours g.forward() call (GPU)", None),
+    ("DT-CNN one 512² photo\n(vs Pillow FS, one core)", "dtcnn.md", "camera 512x512",
+     "ours DT-CNN (rows)", None),
+    ("DT-CNN 4096²\n(vs Pillow FS, one core)", "dtcnn.md", "camera upscaled 4096",
+     "ours DT-CNN (rows)", None),
+    ("DT-CNN 64 × 512²\n(vs Pillow FS, 16 threads)", "dtcnn.md", "batch of 64",
+     "ours DT-CNN batch (GPU)", None),
+]  # fmt: skip
+
+
+def headline_ratios(results):
+    out = []
+    for label, fname, prefix, ours, allowed in HEADLINES:
+        path = results / fname
+        if not path.exists():
+            continue
+        _, rows = find(tables(path), prefix)
+        cands = [(n, t) for n, t in peers(rows) if allowed is None or n in allowed]
+        name, t_peer = min(cands, key=lambda p: p[1])
+        out.append((label, t_peer / row_time(rows, ours), name))
+    return out
+
+
+def plot_summary(results, out_png):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ratios = headline_ratios(results)
+    fig, ax = plt.subplots(figsize=(8.5, 0.55 * len(ratios) + 1.4))
+    labels = [r[0] for r in ratios]
+    vals = [r[1] for r in ratios]
+    colors = ["tab:green" if v >= 1 else "tab:red" for v in vals]
+    ax.barh(range(len(vals)), vals, color=colors)
+    ax.set_yticks(range(len(vals)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="k", lw=0.8)
+    for i, v in enumerate(vals):
+        ax.text(v, i, f" {v:.2g}×", va="center", fontsize=8)
+    ax.set_xlabel("times faster than the strongest peer (log scale; below 1: slower)")
+    title = "sknn_gpu on one GPU against what a user would write instead"
+    ax.set_title(f"{title}\n(benchmarks/results/{results.name})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+#: per estimator: (file, table prefixes) whose ours/peer rows are drawn
+PER_ESTIMATOR = {
+    "flyhash": ("flyhash.md", ["FashionMNIST shape"]),
+    "flynn": ("flynn.md", ["Training-set sweep (GPU): 6,000", "Training-set sweep (GPU): 60,000",
+                           "Training-set sweep (GPU): 600,000"]),
+    "sparsegraph": ("sparsenet_latency.md", ["MLP-shaped", "180 levels"]),
+    "dtcnn": ("dtcnn.md", ["camera 512x512", "camera upscaled 4096", "batch of 64"]),
+}  # fmt: skip
+
+
+def plot_estimator(results, key, out_png):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fname, prefixes = PER_ESTIMATOR[key]
+    all_tables = tables(results / fname)
+    fig, axes = plt.subplots(len(prefixes), 1, figsize=(8.5, 2.3 * len(prefixes)), squeeze=False)
+    for ax, prefix in zip(axes[:, 0], prefixes, strict=True):
+        title, rows = find(all_tables, prefix)
+        items = []
+        for r in rows:
+            name, t = r.get("implementation", ""), parse_time(r.get("median time", ""))
+            if t is None or not (name.startswith("ours") or name.endswith("(peer)")):
+                continue
+            if "launches only" in name or "rows," in name or "sweeps only" in name:
+                continue  # tuning rows of the benchmark
+            items.append((name.replace(" (peer)", ""), t, name.endswith("(peer)")))
+        items.sort(key=lambda it: it[1])
+        ax.barh(range(len(items)), [it[1] * 1e3 for it in items],
+                color=["tab:gray" if it[2] else "tab:blue" for it in items])  # fmt: skip
+        ax.set_yticks(range(len(items)), [it[0] for it in items], fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xscale("log")
+        ax.set_xlabel("median time (ms, log scale); blue: ours, grey: peers", fontsize=8)
+        ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+
+
+def plot_flynn_scaling(results, out_png):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    all_tables = tables(results / "flynn.md")
+    sizes, ours, brute = [], [], []
+    for title, rows in all_tables.items():
+        m = re.match(r"Training-set sweep \(GPU\): ([0-9,]+) training rows", title)
+        if not m:
+            continue
+        sizes.append(int(m.group(1).replace(",", "")))
+        ours.append(row_time(rows, "ours FlyNN predict (GPU)") * 1e3)
+        brute.append(row_time(rows, "PyTorch cdist + argmin 1-NN (fp32) (peer)") * 1e3)
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    ax.loglog(sizes, ours, "o-", label="FlyNN predict (ours, GPU)")
+    ax.loglog(sizes, brute, "s--", color="tab:gray", label="PyTorch cdist + argmin 1-NN (GPU)")
+    ax.set_xlabel("training rows (784 features)")
+    ax.set_ylabel("predict 10,000 queries (ms)")
+    ax.set_title("FlyNN's cost does not grow with the training set", fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("results", type=Path, help="a directory of recorded benchmark output")
+    args = p.parse_args(argv)
+    out = ROOT / "docs" / "_static" / "perf"
+    out.mkdir(parents=True, exist_ok=True)
+    plot_summary(args.results, out / "summary.png")
+    for key in PER_ESTIMATOR:
+        if (args.results / PER_ESTIMATOR[key][0]).exists():
+            plot_estimator(args.results, key, out / f"{key}.png")
+    if (args.results / "flynn.md").exists():
+        plot_flynn_scaling(args.results, ROOT / "docs" / "user_guide" / "flynn_scaling.png")
+    for label, ratio, peer in headline_ratios(args.results):
+        print(f"{label.splitlines()[0]:40s} {ratio:8.3g}x vs {peer}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
