@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 from _common import heading, new_figure, paper_table, parse_args, save_plot
+from scipy.stats import spearmanr
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier
@@ -109,20 +110,28 @@ def federated(args, layouts, device):
     rng = np.random.default_rng(0)
     pooled = FlyNNClassifier(random_state=0, device=device).fit(Xtr, ytr)
     pooled_pred = to_host(pooled.predict(Xte))
+    # an independent pooled reference: the same rows shuffled, fitted in one call on the CPU
+    shuffle = rng.permutation(len(ytr))
+    reference = FlyNNClassifier(random_state=0, device="cpu").fit(Xtr[shuffle], ytr[shuffle])
+    ref_counts = to_host(reference.counts_)
     pooled_acc = float(np.mean(pooled_pred == yte))
     rows = []
     for n_parties, how in layouts:
         parts = party_splits(ytr, n_parties, how, rng)
         models = [FlyNNClassifier(random_state=0, device=device).fit(Xtr[p], ytr[p]) for p in parts]
         merged = merge_flynn(models)
-        same_counts = np.array_equal(to_host(merged.counts_), to_host(pooled.counts_))
+        # can fail: a party's classes misaligned in the merge, a projection not shared,
+        # counts lost or doubled would all show against the independent shuffled CPU fit
+        same_counts = np.array_equal(to_host(merged.counts_), ref_counts) and np.array_equal(
+            to_host(pooled.counts_), ref_counts
+        )
         pred = to_host(merged.predict(Xte))
         solo = [float(np.mean(to_host(m.predict(Xte)) == yte)) for m in models]
         n_cls = [len(m.classes_) for m in models]
         rows.append(
             {
                 "parties": f"{n_parties} ({how}; classes per party {min(n_cls)}–{max(n_cls)})",
-                "ours counts == pooled": "yes (bit-identical)" if same_counts else "NO",
+                "ours counts == pooled (shuffled CPU fit)": "yes (bit-identical)" if same_counts else "NO",
                 "ours predictions == pooled": "yes" if np.array_equal(pred, pooled_pred) else "NO",
                 "ours merged accuracy": f"{np.mean(pred == yte):.3f}",
                 "ours pooled accuracy": f"{pooled_acc:.3f}",
@@ -139,7 +148,7 @@ def federated(args, layouts, device):
             rows,
             [
                 "parties",
-                "ours counts == pooled",
+                "ours counts == pooled (shuffled CPU fit)",
                 "ours predictions == pooled",
                 "ours merged accuracy",
                 "ours pooled accuracy",
@@ -168,14 +177,17 @@ def privacy(args, epsilons, releases, n_seeds):
     rows = []
     for T in releases:
         series = [acc[(T, e)] for e in epsilons]
-        rising = series[-1] > series[0]
+        # a trend over every ε, not only the ends: Spearman's rank correlation of accuracy
+        # with ε must be at least 0.8 (1.0: never falls as ε grows), and the last above the first
+        rho = float(spearmanr(epsilons, series).statistic) if len(set(series)) > 1 else 0.0
+        rising = rho >= 0.8 and series[-1] > series[0]
         close = series[-1] >= base - 0.1
         row = {f"ours ε={e:g}": f"{acc[(T, e)]:.3f}" for e in epsilons}
         row["released counts per class"] = T
-        row["paper"] = "combinable with differential privacy: accuracy → non-private as ε grows"
+        row["paper"] = "readily combinable with differential privacy schemes [RS22] (no accuracy figure quoted)"
         row["claim holds"] = (
-            f"rises with ε: {'yes' if rising else 'NO'}; within 0.1 of non-private at max ε: "
-            + ("yes" if close else "NO")
+            f"rises with ε (Spearman ρ = {rho:.2f}): {'yes' if rising else 'NO'}; "
+            "within 0.1 of non-private at max ε: " + ("yes" if close else "NO")
         )
         if not close:
             row["differs because"] = (
