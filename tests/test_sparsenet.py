@@ -601,3 +601,26 @@ def test_fit_failing_half_way_leaves_the_estimator_as_it_was(monkeypatch, device
         est.partial_fit(X, y)
     assert est.loss_curve_ == before[0] and est.n_edges_ == before[2]
     np.testing.assert_array_equal(to_host(est.predict(X)), before[1])
+
+
+def test_sigmoid_inputs_equal_a_model_fitted_on_squashed_inputs(device, rng):
+    """input_activation='sigmoid' (the paper's squashed sensors) is the identity model on
+    1 / (1 + exp(-X)), in fit and in predict; huge inputs saturate instead of overflowing."""
+    X = rng.standard_normal((150, 5)) * 3.0
+    y = np.tanh(X[:, 0]) - X[:, 1] / 10
+    params = dict(hidden_layer_sizes=(8,), max_iter=6, random_state=1, device=device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        a = SparseNetRegressor(input_activation="sigmoid", **params).fit(X, y)
+        squashed = 1.0 / (1.0 + np.exp(-X))
+        b = SparseNetRegressor(**params).fit(squashed, y)
+    np.testing.assert_allclose(a.loss_curve_, b.loss_curve_, rtol=1e-12)
+    np.testing.assert_allclose(to_host(a.predict(X)), to_host(b.predict(squashed)), rtol=1e-10)
+    big = np.full((2, 5), 1e4)
+    big[1] *= -1
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no overflow in exp
+        out = to_host(a.predict(big))
+    np.testing.assert_allclose(out, to_host(b.predict(np.array([[1.0] * 5, [0.0] * 5]))), rtol=1e-10)
+    with pytest.raises(ValueError, match="input_activation"):
+        SparseNetRegressor(input_activation="relu").fit(X, y)

@@ -91,6 +91,10 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         Hidden-node activation for generated topologies (outputs are linear).
         ``'sigmoid'`` is ``1 / (1 + exp(-slope * z))``; ``'neat_sigmoid'`` is
         neat-python's (slope 5, argument clamped to [-60, 60]).
+    input_activation : {'identity', 'sigmoid'}, default='identity'
+        Applied to every input feature before the network: ``'sigmoid'`` squashes the
+        sensor inputs with ``1 / (1 + exp(-x))``, as the sparse-network paper does;
+        ``'identity'`` feeds them as they are. The same in ``fit`` and ``predict``.
     slope : float, default=4.97
         Slope of ``'sigmoid'`` (the paper's value).
     solver : {'adam', 'sgd'}, default='adam'
@@ -190,6 +194,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         "density": [Interval(Real, 0, 1, closed="right")],
         "n_hidden": [Interval(Integral, 1, None, closed="left")],
         "activation": [StrOptions({"relu", "tanh", "sigmoid", "neat_sigmoid"})],
+        "input_activation": [StrOptions({"identity", "sigmoid"})],
         "slope": [Interval(Real, 0, None, closed="neither")],
         "solver": [StrOptions({"adam", "sgd"})],
         "learning_rate_init": [Interval(Real, 0, None, closed="neither")],
@@ -217,6 +222,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         density=0.1,
         n_hidden=100,
         activation="relu",
+        input_activation="identity",
         slope=4.97,
         solver="adam",
         learning_rate_init=1e-3,
@@ -240,6 +246,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         self.density = density
         self.n_hidden = n_hidden
         self.activation = activation
+        self.input_activation = input_activation
         self.slope = slope
         self.solver = solver
         self.learning_rate_init = learning_rate_init
@@ -349,7 +356,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             Xv = validate_data(self, X, reset=False, dtype=np.float64)
         need = self._memory_estimate(Xv.shape[0], Xv.shape[1], self.n_outputs_, fit=False)
         self._check_memory(need, "SparseNetRegressor.predict")
-        out = self._forward_chunks(to_device(Xv, self.device_))
+        out = self._forward_chunks(self._squash_inputs(to_device(Xv, self.device_)))
         xp = array_module(out)
         out = out * xp.asarray(self._y_scale) + xp.asarray(self._y_mean)
         if self._y_1d:
@@ -407,6 +414,8 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         """
         cpu = self.device_ == "cpu"
         data = 8 * n_samples * (n_features + n_outputs)
+        if getattr(self, "input_activation", "identity") != "identity":
+            data += 8 * n_samples * n_features  # the squashed copy of X
 
         def sparse_batch(n_nodes, n_edges, widest, batch, backward):
             # V (+ G and D), the CPU engine's per-level temporaries and gradient gather chunk
@@ -475,6 +484,13 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         self.graph_ = graph
         self.n_levels_ = graph.n_levels
         self.n_edges_ = graph.n_edges
+
+    def _squash_inputs(self, X):
+        """``X`` after ``input_activation`` (a new array for 'sigmoid'; ``X`` itself otherwise)."""
+        if getattr(self, "input_activation", "identity") == "identity":
+            return X
+        xp = array_module(X)
+        return 0.5 * (1.0 + xp.tanh(0.5 * X))  # 1 / (1 + exp(-x)) without overflow
 
     def _hidden_sizes(self):
         """``hidden_layer_sizes`` as a list of ints; a clear ValueError for anything else."""
@@ -564,6 +580,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         first = not fitted or (not incremental and not self.warm_start)
         hidden = self._hidden_sizes()
         X, y = self._validate_xy(X, y, reset=first)
+        X = self._squash_inputs(X)
         if sample_weight is not None:  # scikit-learn's checks (non-negative, finite, length), on the host
             if is_device_array(sample_weight):
                 sample_weight = to_host(sample_weight)
