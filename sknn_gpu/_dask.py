@@ -18,7 +18,10 @@ import functools
 
 import numpy as np
 
-__all__ = ["is_dask_collection", "dask_rows", "check_row_chunks"]
+__all__ = ["is_dask_collection", "dask_rows", "check_row_chunks", "row_blocks", "tree_reduce", "SPLIT_EVERY"]
+
+#: partial results combined per task of the reduction trees (:func:`tree_reduce`)
+SPLIT_EVERY = 8
 
 
 def is_dask_collection(x) -> bool:
@@ -118,3 +121,32 @@ def dask_rows(trailing, sample_axes=1):
         return wrapper
 
     return decorate
+
+
+def row_blocks(X, *others):
+    """The delayed row blocks of the Dask array ``X``, those known to be empty left out.
+
+    With ``others`` (Dask arrays chunked like ``X`` along the rows), tuples of the
+    matching blocks ``(x_block, other_block, ...)``.
+    """
+    xs = X.to_delayed().ravel()
+    rest = [o.to_delayed().ravel() for o in others]
+    keep = [i for i, n in enumerate(X.chunks[0]) if n != 0]
+    if not others:
+        return [xs[i] for i in keep]
+    return [(xs[i], *(r[i] for r in rest)) for i in keep]
+
+
+def tree_reduce(parts, combine):
+    """Combine delayed ``parts`` in a tree of fan-in :data:`SPLIT_EVERY`: one delayed result.
+
+    ``combine(*parts)`` must be associative (counts summed, bit-packed memories OR-ed,
+    label sets united), so the result does not depend on the tree's shape.
+    """
+    import dask
+
+    while len(parts) > 1:
+        parts = [
+            dask.delayed(combine)(*parts[i : i + SPLIT_EVERY]) for i in range(0, len(parts), SPLIT_EVERY)
+        ]
+    return parts[0]

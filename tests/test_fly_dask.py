@@ -15,8 +15,8 @@ from sklearn.datasets import load_digits
 from sklearn.exceptions import NotFittedError
 
 from sknn_gpu import FlyHashTransformer, FlyNNClassifier
+from sknn_gpu import _dask as sknn_dask
 from sknn_gpu._dask import is_dask_collection
-from sknn_gpu.fly import _fly_dask
 
 da = pytest.importorskip("dask.array")
 dask = pytest.importorskip("dask")
@@ -159,7 +159,7 @@ def test_flynn_fit_sends_only_counts_to_the_client(dask_client, digits, monkeypa
 
 def test_flynn_reduction_tree_is_exercised(dask_client, digits, monkeypatch):
     X, y = digits
-    monkeypatch.setattr(_fly_dask, "SPLIT_EVERY", 2)
+    monkeypatch.setattr(sknn_dask, "SPLIT_EVERY", 2)
     rows = (100,) * 17 + (97,)  # 18 blocks: a tree of depth five
     lazy = _fly().fit(_dX(X, rows), da.from_array(y, chunks=(rows,)))
     assert np.array_equal(lazy.counts_, _fly().fit(X, y).counts_)

@@ -7,7 +7,8 @@ import logging
 import numpy as np
 import pytest
 
-from sknn_gpu.memory import GBNNMemory, _gbnn_dask
+from sknn_gpu import _dask as sknn_dask
+from sknn_gpu.memory import GBNNMemory
 
 da = pytest.importorskip("dask.array")
 distributed = pytest.importorskip("distributed")
@@ -171,7 +172,7 @@ def test_dask_fit_reports_one_summary_line(dask_client, data, caplog):
 def test_reduction_tree_is_exercised(dask_client, data, monkeypatch):
     """More blocks than the fan-in: the OR runs in two levels and still equals one fit."""
     msgs, _ = data
-    monkeypatch.setattr(_gbnn_dask, "SPLIT_EVERY", 2)
+    monkeypatch.setattr(sknn_dask, "SPLIT_EVERY", 2)
     rows = (37,) * 16 + (8,)
     dist = GBNNMemory(device="cpu", random_state=5).fit(_dask(msgs, rows))
     _same_memory(dist, GBNNMemory(device="cpu", random_state=5).fit(msgs))

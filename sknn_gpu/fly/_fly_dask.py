@@ -7,8 +7,8 @@ blocks (:func:`sknn_gpu._dask.dask_rows`).
 A FlyNN model is a table of integer counts, and counting splits exactly over row
 blocks: each worker hashes its block of ``X`` and counts the winners per class
 (with the engine of the estimator's resolved device, on the worker's own CPU or
-GPU), and the count tables are summed pairwise up a tree (:data:`SPLIT_EVERY` at a
-time) by Dask's scheduler — the merge of :func:`~sknn_gpu.fly.merge_flynn`, done by
+GPU), and the count tables are summed up a tree (``sknn_gpu._dask.SPLIT_EVERY`` at a time)
+by Dask's scheduler — the merge of :func:`~sknn_gpu.fly.merge_flynn`, done by
 the cluster. What reaches the client is one count table, and before it the set of
 class labels (one small array per block); never a row of ``X``. The result equals
 one in-memory ``fit`` bit for bit (integer sums in any order are exact).
@@ -30,12 +30,9 @@ import numpy as np
 from sklearn.exceptions import DataConversionWarning
 
 from .._backend import to_device, to_host
-from .._dask import check_row_chunks, is_dask_collection
+from .._dask import check_row_chunks, is_dask_collection, row_blocks, tree_reduce
 
-__all__ = ["check_X", "aligned", "classes", "counts", "score", "SPLIT_EVERY"]
-
-#: Partial results combined per task of the reduction trees.
-SPLIT_EVERY = 8
+__all__ = ["check_X", "aligned", "classes", "counts", "score"]
 
 
 # ----------------------------------------------------------------------------------
@@ -113,25 +110,6 @@ def _shell(est):
     return shell
 
 
-def _blocks(X, *others):
-    """Delayed row blocks of ``X`` (and the matching blocks of ``others``), empty ones left out."""
-    xs = X.to_delayed().ravel()
-    rest = [o.to_delayed().ravel() for o in others]
-    keep = [i for i, n in enumerate(X.chunks[0]) if n != 0]
-    return [(xs[i], *(r[i] for r in rest)) for i in keep]
-
-
-def _tree(parts, combine):
-    """Reduce delayed ``parts`` in a tree of fan-in :data:`SPLIT_EVERY`; one delayed result."""
-    import dask
-
-    while len(parts) > 1:
-        parts = [
-            dask.delayed(combine)(*parts[i : i + SPLIT_EVERY]) for i in range(0, len(parts), SPLIT_EVERY)
-        ]
-    return parts[0]
-
-
 # ----------------------------------------------------------------------------------
 # Classes: the labels of each block, united
 # ----------------------------------------------------------------------------------
@@ -159,8 +137,8 @@ def classes(X, y):
     """Sorted class labels of the Dask labels ``y`` (aligned with ``X``): one small set per block."""
     import dask
 
-    parts = [dask.delayed(_block_classes)(yb) for _, yb in _blocks(X, y)]
-    return dask.compute(_tree(parts, _union))[0]
+    parts = [dask.delayed(_block_classes)(yb) for _, yb in row_blocks(X, y)]
+    return dask.compute(tree_reduce(parts, _union))[0]
 
 
 # ----------------------------------------------------------------------------------
@@ -192,8 +170,8 @@ def counts(est, X, y, what="fit"):
     import dask
 
     shared = dask.delayed(_shell(est), traverse=False)  # one graph key: shipped once per worker
-    parts = [dask.delayed(_block_counts)(shared, what, xb, yb) for xb, yb in _blocks(X, y)]
-    total, n = dask.compute(_tree(parts, _add))[0]
+    parts = [dask.delayed(_block_counts)(shared, what, xb, yb) for xb, yb in row_blocks(X, y)]
+    total, n = dask.compute(tree_reduce(parts, _add))[0]
     return to_device(total, est.device_), n, len(parts)
 
 
@@ -232,7 +210,7 @@ def score(est, X, y, sample_weight=None):
     shared = dask.delayed(est, traverse=False)
     parts = [
         dask.delayed(_block_hits)(shared, b[0], b[1], b[2] if weighted else None)
-        for b in (_blocks(X, y, w) if weighted else _blocks(X, y))
+        for b in (row_blocks(X, y, w) if weighted else row_blocks(X, y))
     ]
-    hits, total = dask.compute(_tree(parts, _add_pairs))[0]
+    hits, total = dask.compute(tree_reduce(parts, _add_pairs))[0]
     return float(hits / total)

@@ -3,7 +3,7 @@
 Storing is an OR of cliques, so a memory splits exactly over row blocks: each worker
 builds the bit-packed ``W`` of its block of messages (with the engine of the
 estimator's resolved device, on the worker's own CPU or GPU), and the partial ``W``
-are OR-ed pairwise up a tree (:data:`SPLIT_EVERY` at a time) by Dask's scheduler.
+are OR-ed pairwise up a tree (``sknn_gpu._dask.SPLIT_EVERY`` at a time) by Dask's scheduler.
 What reaches the client is one ``W`` and a message count — never the messages —
 plus, when ``cluster_size`` must be inferred, one largest symbol per block. The result
 is the ``W`` of one in-memory ``fit`` on all the messages, bit for bit.
@@ -22,13 +22,10 @@ import numpy as np
 from sklearn.base import clone
 
 from .._backend import get_xp, to_device, to_host
-from .._dask import check_row_chunks, is_dask_collection
+from .._dask import check_row_chunks, is_dask_collection, row_blocks, tree_reduce
 from ._gbnn_cpu import _n_words
 
-__all__ = ["check_columns", "max_symbol", "store", "score", "SPLIT_EVERY"]
-
-#: Partial ``W`` OR-ed together per task of the reduction tree.
-SPLIT_EVERY = 8
+__all__ = ["check_columns", "max_symbol", "store", "score"]
 
 
 def check_columns(est, X, what, C=None):
@@ -57,23 +54,6 @@ def _shell(est, C, L=None):
     return shell
 
 
-def _blocks(X):
-    """The delayed row blocks of ``X``, those known to be empty left out."""
-    blocks = X.to_delayed().ravel()
-    return [b for b, n in zip(blocks, X.chunks[0], strict=True) if n != 0]
-
-
-def _tree(parts, combine):
-    """OR-reduce delayed ``parts`` in a tree of fan-in :data:`SPLIT_EVERY`; one delayed result."""
-    import dask
-
-    while len(parts) > 1:
-        parts = [
-            dask.delayed(combine)(*parts[i : i + SPLIT_EVERY]) for i in range(0, len(parts), SPLIT_EVERY)
-        ]
-    return parts[0]
-
-
 def _empty_input(C):
     return ValueError(f"Found array with 0 sample(s) (shape=(0, {C})) while a minimum of 1 is required.")
 
@@ -98,8 +78,8 @@ def max_symbol(est, X):
 
     C = int(X.shape[1])
     shell = _shell(est, C)
-    parts = [dask.delayed(_block_max)(shell, b) for b in _blocks(X)]
-    mx = dask.compute(_tree(parts, _max_of))[0] if parts else None
+    parts = [dask.delayed(_block_max)(shell, b) for b in row_blocks(X)]
+    mx = dask.compute(tree_reduce(parts, _max_of))[0] if parts else None
     if mx is None:
         raise _empty_input(C)
     return int(mx)
@@ -141,8 +121,8 @@ def store(est, X, C, L, device):
     import dask
 
     shell = _shell(est, C, L)
-    parts = [dask.delayed(_block_store)(shell, device, b) for b in _blocks(X)]
-    out = dask.compute(_tree(parts, _or_parts))[0] if parts else None
+    parts = [dask.delayed(_block_store)(shell, device, b) for b in row_blocks(X)]
+    out = dask.compute(tree_reduce(parts, _or_parts))[0] if parts else None
     if out is None:
         raise _empty_input(C)
     W, n = out
