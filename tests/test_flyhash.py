@@ -514,3 +514,40 @@ def test_verbose_logs_fit_and_transform(caplog, rng, verbose):
         assert steps[-1] == f"FlyHashTransformer.transform {X.shape[0]}/{X.shape[0]}"
     assert msgs[-1].startswith(f"FlyHashTransformer.transform: {X.shape[0]} rows in ")
     assert msgs[-1].endswith("output=sparse, device=cpu")
+
+
+# --------------------------------------------------------------------------- #
+# bisect_steps (issue 16: the paper's halvings are a parameter)                  #
+# --------------------------------------------------------------------------- #
+def _bisect_wrong_rows(steps, X, **kw):
+    # 10 of 30 inputs per unit: units with the same inputs (exact ties) are very unlikely
+    params = dict(n_components=400, n_connections=10, k=20, output="dense", random_state=0, **kw)
+    fh = FlyHashTransformer(algorithm="bisect", bisect_steps=steps, **params).fit(X)
+    H = to_host(fh.transform(X))
+    exact = to_host(fh.set_params(algorithm="exact").transform(X))
+    return int((H.sum(axis=1) != 20).sum()), int((H != exact).sum()), H
+
+
+def test_more_halvings_never_leave_more_rows_wrong(rng):
+    X = rng.standard_normal((300, 30)).astype(np.float32)
+    wrong = [_bisect_wrong_rows(s, X, device="cpu")[:2] for s in (4, 8, 16, 24, 32, 64, 300)]
+    rows = [w[0] for w in wrong]
+    assert rows[0] > 0  # 4 halvings cannot separate the k-th value on generic data
+    assert all(a >= b for a, b in zip(rows, rows[1:], strict=False)), rows
+    assert wrong[-1] == (0, 0)  # 300 halvings: exactly k winners, the exact top-k
+
+
+def test_bisect_steps_is_validated():
+    X = np.ones((2, 4))
+    for bad in (0, -3, 2.5, 5000):
+        with pytest.raises(ValueError, match="bisect_steps"):
+            FlyHashTransformer(n_components=8, k=2, bisect_steps=bad).fit(X)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("steps", [8, 64, 300])
+def test_bisect_steps_same_bits_on_both_devices(rng, steps):
+    X = rng.standard_normal((200, 30)).astype(np.float32)
+    cpu = _bisect_wrong_rows(steps, X, device="cpu")[2]
+    gpu = _bisect_wrong_rows(steps, X, device="cuda")[2]
+    np.testing.assert_array_equal(gpu, cpu)

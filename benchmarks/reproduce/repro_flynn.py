@@ -184,7 +184,7 @@ def privacy(args, epsilons, releases, n_seeds):
         close = series[-1] >= base - 0.1
         row = {f"ours ε={e:g}": f"{acc[(T, e)]:.3f}" for e in epsilons}
         row["released counts per class"] = T
-        row["paper"] = "readily combinable with differential privacy schemes [RS22] (no accuracy figure quoted)"
+        row["paper"] = "readily combinable with differential privacy schemes [RS22] (no accuracy quoted)"
         row["claim holds"] = (
             f"rises with ε (Spearman ρ = {rho:.2f}): {'yes' if rising else 'NO'}; "
             "within 0.1 of non-private at max ε: " + ("yes" if close else "NO")

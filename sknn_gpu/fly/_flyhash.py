@@ -273,10 +273,15 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
     algorithm : {'exact', 'bisect'}, default='exact'
         ``'exact'``: exactly ``k`` winners per sample; ties go to the lower unit
         index on both devices. ``'bisect'``: the per-row threshold bisection of
-        da Cunha et al. (64 halvings of ``[min - eps, max + eps]``, winners are
-        the units above the final midpoint); under ties (or an interval that
-        does not shrink enough) a row can get a number of winners other than
-        ``k``. Offered for fidelity with the paper.
+        da Cunha et al. (``bisect_steps`` halvings of ``[min - eps, max + eps]``,
+        winners are the units above the final midpoint); under ties (or an
+        interval that does not shrink enough) a row can get a number of winners
+        other than ``k``. Offered for fidelity with the paper.
+    bisect_steps : int, default=64
+        Halvings of the bisection (``algorithm='bisect'`` only). The paper uses 64
+        and notes that up to 278 can be needed to separate every float32 value;
+        more halvings leave fewer rows with other than ``k`` winners (see the
+        reproduction of its error figure in docs/reproduction.md).
     random_state : int, RandomState instance or None, default=None
         Seeds the projection. The projection depends only on
         (n_features, the size parameters, random_state): the same on every device.
@@ -352,6 +357,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         "k": [Interval(Integral, 1, None, closed="left"), Interval(RealNotInt, 0, 1, closed="neither")],
         "output": [StrOptions({"sparse", "dense", "packed"})],
         "algorithm": [StrOptions({"exact", "bisect"})],
+        "bisect_steps": [Interval(Integral, 1, 4096, closed="both")],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
         **DeviceMixin._output_constraints,
@@ -368,6 +374,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         k=32,
         output="sparse",
         algorithm="exact",
+        bisect_steps=64,
         random_state=None,
         device="auto",
         output_type=None,
@@ -380,6 +387,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         self.k = k
         self.output = output
         self.algorithm = algorithm
+        self.bisect_steps = bisect_steps
         self.random_state = random_state
         self.device = device
         self.output_type = output_type

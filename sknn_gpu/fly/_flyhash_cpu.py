@@ -39,7 +39,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import to_host
-from ._wta import break_ties, wta_bisect_mask, wta_exact_mask
+from ._wta import BISECT_STEPS, break_ties, wta_bisect_mask, wta_exact_mask
 
 __all__ = ["transform", "winners", "work_bytes"]
 
@@ -248,7 +248,8 @@ def _activations(fh, Xb, table=None):
 def _mask_block(fh, Xb, algorithm, table=None):
     A = _activations(fh, Xb, table)
     if algorithm == "bisect":
-        return wta_bisect_mask(np.ascontiguousarray(A), fh.k_)
+        steps = int(getattr(fh, "bisect_steps", BISECT_STEPS))  # pickles from before the parameter
+        return wta_bisect_mask(np.ascontiguousarray(A), fh.k_, steps=steps)
     A = A + np.float32(0.0)  # C-ordered copy; -0.0 -> +0.0
     return wta_exact_mask_host(A, fh.k_)
 

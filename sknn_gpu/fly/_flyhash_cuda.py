@@ -21,7 +21,7 @@ import scipy.sparse as sp
 
 from .._backend import device_limits, get_cupy, is_cupy_sparse, is_device_array
 from .._kernels import get_function
-from ._wta import wta_bisect_mask, wta_exact_mask
+from ._wta import BISECT_STEPS, wta_bisect_mask, wta_exact_mask
 
 __all__ = ["transform", "winners", "work_bytes", "words"]
 
@@ -287,7 +287,7 @@ def _finish_rows(fh, Xb, out, rows, algorithm):  # pragma: no cover - needs a GP
         else:
             A = _activations(fh, Xb, rows[c0:c1])
         if algorithm == "bisect":
-            mask = wta_bisect_mask(A, k)
+            mask = wta_bisect_mask(A, k, steps=int(getattr(fh, "bisect_steps", BISECT_STEPS)))
         else:
             mask = wta_exact_mask(_order_keys(A), k)
         packed = _pack_words(mask, mw)
