@@ -595,6 +595,14 @@ def test_fit_failing_half_way_leaves_the_estimator_as_it_was(monkeypatch, device
         est.fit(X, y)
     before = (list(est.loss_curve_), to_host(est.predict(X)).copy(), est.n_edges_)
     calls.clear()
+    fail_at[0] = 3  # a warm fit of 4 epochs failing in its third: two epochs were appended
+    monkeypatch.setattr(_sparsenet_train.Adam, "step", failing)
+    est.set_params(warm_start=True)
+    with pytest.raises(MemoryError, match="simulated"):
+        est.fit(X, y)
+    assert est.loss_curve_ == before[0] and est.n_edges_ == before[2]
+    est.set_params(warm_start=False)
+    calls.clear()
     fail_at[0] = 1  # partial_fit trains one epoch: one optimizer step here
     monkeypatch.setattr(_sparsenet_train.Adam, "step", failing)
     with pytest.raises(MemoryError, match="simulated"):

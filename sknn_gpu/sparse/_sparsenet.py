@@ -565,7 +565,8 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                 "not Dask arrays (predict and score take Dask arrays; fit on a sample, or on "
                 "X.compute())."
             )
-        saved = self.__dict__.copy()
+        # lists (the loss curve) are appended to in place: keep copies, not the same objects
+        saved = {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
         try:
             return self._fit_checked(X, y, incremental, sample_weight)
         except BaseException:
