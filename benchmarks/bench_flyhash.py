@@ -85,6 +85,12 @@ class _Progress(Table):
         return super().add(name, device, seconds, quality, note, **kw)
 
 
+def recall(win, ref):
+    """Fraction of the reference winners (n, k) that ``win`` (n, k) kept."""
+    kept = sum(np.intersect1d(a, b, assume_unique=True).size for a, b in zip(win, ref))
+    return kept / ref.size
+
+
 def exactness(fraction):
     """Exactness class: "exact" when at least 99% of the rows' winner sets equal ours (a
     float32 product summed in another order differs only at near-ties), else "inexact"."""
@@ -139,6 +145,7 @@ def _torch_peers(table, X, components, ours_win, k, repeat):
 
             idx = torch.sort(torch.cat(gemm_topk()), dim=1).values
             q = float((idx == ref).all(dim=1).float().mean().item())
+            rec = recall(idx.cpu().numpy(), ref.cpu().numpy())
             del idx
             t = time_torch(gemm_topk, repeat=repeat, warmup=1)
             t_gemm = time_torch(gemm, repeat=repeat, warmup=1)
@@ -147,7 +154,7 @@ def _torch_peers(table, X, components, ours_win, k, repeat):
                 f"PyTorch {prec} GEMM + topk",
                 "cuda",
                 t,
-                f"{q:.1%} rows = ours (exact)",
+                f"recall {rec:.4f}, {q:.1%} rows = ours (exact)",
                 f"GEMM alone {fmt_time(t_gemm)}{conv}; {-(-n // rows)} chunk(s)",
                 peer=True,
                 exact=exactness(q),
@@ -186,6 +193,7 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
         import cupy
         import cupyx.scipy.sparse as csp
 
+        from sknn_gpu.fly import _flyhash_cuda
         from sknn_gpu.fly._flyhash_cuda import words as words_cuda
 
         fh = FlyHashTransformer(
@@ -217,18 +225,49 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             exact="exact",
         )
 
-        if "precision" in fh.get_params():  # issue 13's precision option, once it exists
-            for prec in ("fast",):
-                fp = FlyHashTransformer(**{**fh.get_params(), "precision": prec}).fit(X[:1])
-                q = rows_equal(winners_from_packed(fp.transform(Xd).get(), m, k), ours_win)
-                table.add(
-                    f"ours GPU (transform, precision='{prec}')",
-                    "cuda",
-                    time_gpu(lambda fp=fp: fp.transform(Xd), repeat=repeat_gpu, warmup=2),
-                    f"{q:.1%} rows = ours (exact)",
-                    "CuPy in, packed out",
-                    exact=exactness(q),
-                )
+        # issue 13: precision='fast' (float16 tensor cores + our selection) on the same
+        # float input, and integer-valued input (pixels) under precision='exact', which
+        # goes through tensor cores and must give the fused kernel's bits
+        fp = FlyHashTransformer(**{**fh.get_params(), "precision": "fast"}).fit(X[:1])
+        fast_win = winners_from_packed(fp.transform(Xd).get(), m, k)
+        table.add(
+            "ours GPU (transform, precision='fast')",
+            "cuda",
+            time_gpu(lambda: fp.transform(Xd), repeat=repeat_gpu, warmup=2),
+            f"recall {recall(fast_win, ours_win):.4f}, {rows_equal(fast_win, ours_win):.1%} rows = exact",
+            "float16 tensor cores, fp32 accumulation",
+            exact=exactness(rows_equal(fast_win, ours_win)),
+        )
+        del fast_win
+        Xi = cupy.asarray(np.random.default_rng(1).integers(0, 256, size=(n, d)).astype(np.float32))
+        st = {}
+        int_win = winners_from_packed(words_cuda(fh, Xi, "exact", st).view(cupy.uint8).get(), m, k)
+        saved = _flyhash_cuda._on_tensor_cores
+        _flyhash_cuda._on_tensor_cores = lambda *a: False  # the fused kernel on the same pixels
+        try:
+            fused_win = winners_from_packed(words_cuda(fh, Xi, "exact").view(cupy.uint8).get(), m, k)
+            t_fused = time_gpu(lambda: fh.transform(Xi), repeat=repeat_gpu, warmup=1)
+        finally:
+            _flyhash_cuda._on_tensor_cores = saved
+        same = np.array_equal(int_win, fused_win)
+        table.add(
+            "ours GPU, pixels 0..255 (tensor cores)",
+            "cuda",
+            time_gpu(lambda: fh.transform(Xi), repeat=repeat_gpu, warmup=2),
+            ("bit-identical to the fused kernel" if same else "DIFFERS from the fused kernel")
+            + f" ({st.get('tensor_rows', 0):,} rows on tensor cores)",
+            "integer-valued input, precision='exact'",
+            exact="exact" if same else "inexact",
+        )
+        table.add(
+            "ours GPU, pixels 0..255 (fused kernel)",
+            "cuda",
+            t_fused,
+            "the same pixels without tensor cores",
+            "what 'exact' did before issue 13",
+            exact="exact",
+        )
+        del Xi, int_win, fused_win
 
         if tie_heavy:
             # binarised input: activations are small integers that tie massively at the

@@ -260,6 +260,23 @@ def run_case(name, X_train, X_test, y_train, y_test, params, gpu, quick):
             acc(pred_gpu, y_test) + (" (== CPU)" if parity else " (DIFFERS from CPU)"),
             "CUDA events, data on device",
         )
+        fast = FlyNNClassifier(**{**params, "precision": "fast"}, device="cuda").fit(Xtr_d, y_train)
+        fit_t.add(
+            "ours FlyNN, precision='fast'",
+            "cuda",
+            time_gpu(lambda: fast.fit(Xtr_d, y_train), repeat=reps * 2),
+            "float16 tensor-core hash",
+            "CUDA events, data on device",
+        )
+        pred_fast = cp.asnumpy(fast.predict(Xte_d))
+        pred_t.add(
+            "ours FlyNN, precision='fast'",
+            "cuda",
+            time_gpu(lambda: fast.predict(Xte_d), repeat=reps * 4),
+            acc(pred_fast, y_test) + f" ({np.mean(pred_fast == pred_gpu):.1%} = exact)",
+            "float16 tensor-core hash",
+        )
+        del fast
         pred_t.add(
             "ours FlyNN call",
             "cuda",
@@ -344,6 +361,15 @@ def gpu_sweep(sizes, n_queries, gpu, quick):
                 time_gpu(lambda: clf.predict(Qd), repeat=reps * 4),  # noqa: B023 (called at once)
                 acc(pred, yq),
                 f"CUDA events, data on the device; fit on {n:,} rows: {fmt_time(t_fit)}",
+            )
+            clf.set_params(precision="fast")  # read at every call: same model, fast hash
+            pred_fast = cp.asnumpy(clf.predict(Qd))
+            t.add(
+                "ours FlyNN predict (GPU), precision='fast'",
+                "cuda",
+                time_gpu(lambda: clf.predict(Qd), repeat=reps * 4),  # noqa: B023 (called at once)
+                acc(pred_fast, yq) + f" ({np.mean(pred_fast == pred):.1%} = exact)",
+                "float16 tensor-core hash",
             )
             del Xd, Qd, clf
             cp.get_default_memory_pool().free_all_blocks()

@@ -107,6 +107,22 @@ class DeviceMixin:
         cache[(name, device)] = (value, moved)
         return moved
 
+    def _derived(self, key, source, build):
+        """``build(source)``, computed once and cached until ``source`` is replaced.
+
+        For arrays an engine derives from fitted state (the projection by columns,
+        its dense float16 copy on the GPU): kept in the transient ``_device_cache``
+        (never pickled, dropped on refit), keyed by ``key`` and valid while the
+        fitted attribute ``source`` is the same object.
+        """
+        cache = self.__dict__.setdefault("_device_cache", {})
+        hit = cache.get(key)
+        if hit is not None and hit[0] is source:
+            return hit[1]
+        value = build(source)
+        cache[key] = (source, value)
+        return value
+
     def _check_device_X(self, X, *, reset, accept_sparse=False, cast_float=True, contiguous=False):
         """Validate a 2-D CuPy ``X`` on the device (``validate_data`` would copy it to the host).
 

@@ -32,6 +32,7 @@
 // NTHREADS (block size).
 
 #include "ieee.cuh"
+#include "fly.cuh"
 
 #ifndef ROWS
 #define ROWS 32
@@ -62,20 +63,6 @@
 #define MODE_NORMAL 0
 #define MODE_ALLTIE 1
 #define MODE_FLAGGED 2
-
-__device__ __forceinline__ unsigned ord_key(float v)
-{
-    unsigned b = __float_as_uint(v);
-    if ((b << 1) == 0u) b = 0u;  // -0.0 -> +0.0
-    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
-
-// bit of unit u inside its little-endian uint32 word (np.packbits byte order)
-__device__ __forceinline__ unsigned unit_bit(int u)
-{
-    const int i = u & 31;
-    return 1u << (((i >> 3) << 3) + (7 - (i & 7)));
-}
 
 // Connection indices are read 16 bytes at a time (8 x uint16 or 4 x int; SP is a
 // multiple of 8 and every index row is 16-byte aligned); the additions stay in

@@ -277,6 +277,24 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         winners are the units above the final midpoint); under ties (or an
         interval that does not shrink enough) a row can get a number of winners
         other than ``k``. Offered for fidelity with the paper.
+    precision : {'exact', 'integer', 'fast'}, default='exact'
+        Arithmetic of the activations (``algorithm='exact'`` only; see the user
+        guide's "Choosing a precision").
+
+        - ``'exact'``: the numerical contract below, bit-identical on CPU and GPU.
+          On a GPU, input that is integer-valued (every entry a whole number of
+          magnitude <= 2048, e.g. raw pixel values, whatever its dtype) is hashed
+          on tensor cores, where its sums are exact too: the same bits, faster.
+          Detecting it costs one read of the input on the device.
+        - ``'integer'``: as ``'exact'``, for input that must be integer-valued;
+          anything else raises ``ValueError`` (the CPU checks too).
+        - ``'fast'``: on a GPU, every row is scaled by a power of two and
+          rounded to float16 (11 significant bits), multiplied by the projection on
+          tensor cores with float32 accumulation, and its exact top ``k`` taken
+          from those activations. Not bit-identical to the CPU: rows whose
+          ``k``-th largest activation is nearly tied can swap winners (recall of
+          the exact winners >= 0.99 on digits and on uniform data; measured in
+          docs/performance.md). On the CPU ``'fast'`` computes the exact hash.
     bisect_steps : int, default=64
         Halvings of the bisection (``algorithm='bisect'`` only). The paper uses 64
         and notes that up to 278 can be needed to separate every float32 value;
@@ -357,6 +375,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         "k": [Interval(Integral, 1, None, closed="left"), Interval(RealNotInt, 0, 1, closed="neither")],
         "output": [StrOptions({"sparse", "dense", "packed"})],
         "algorithm": [StrOptions({"exact", "bisect"})],
+        "precision": [StrOptions({"exact", "integer", "fast"})],
         "bisect_steps": [Interval(Integral, 1, 4096, closed="both")],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
@@ -374,6 +393,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         k=32,
         output="sparse",
         algorithm="exact",
+        precision="exact",
         bisect_steps=64,
         random_state=None,
         device="auto",
@@ -387,6 +407,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         self.k = k
         self.output = output
         self.algorithm = algorithm
+        self.precision = precision
         self.bisect_steps = bisect_steps
         self.random_state = random_state
         self.device = device
@@ -413,6 +434,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             The fitted transformer.
         """
         self._validate(X, reset=True)
+        self._check_precision()
         device = self._resolve_device()
         bar = Progress(self, f"{type(self).__name__}.fit", verbose=self.verbose, unit="units")
         self._fit_projection(self.n_features_in_, device, check_random_state(self.random_state))
@@ -529,6 +551,21 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
                 f"become 0, and every row would hash alike; {hint}."
             )
 
+    def _check_precision(self, X=None, precision=None):
+        """Refuse a ``precision`` (default: this transformer's) the settings or ``X`` cannot honour."""
+        precision = precision or getattr(self, "precision", "exact")
+        if precision != "exact" and self.algorithm != "exact":
+            raise ValueError(
+                f"precision={precision!r} applies to algorithm='exact' only (the bisection "
+                f"compares float32 activations); use precision='exact' with algorithm={self.algorithm!r}."
+            )
+        if precision == "integer" and X is not None and not engine(self.device_).integer_valued(X):
+            raise ValueError(
+                f"precision='integer' needs integer-valued input: every entry a whole number of "
+                f"magnitude at most {_flyhash_cpu.INTEGER_LIMIT}; X has other values. Use "
+                "precision='exact' (the same hash for any input) or 'fast'."
+            )
+
     def _check_work(self, n_samples, output, caller, sparse=False):
         """Refuse hashing ``n_samples`` rows into ``output`` when it cannot fit (before allocating)."""
         m = self.n_components_
@@ -586,11 +623,15 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         check_is_fitted(self)
         Xv = self._validate(X, reset=False)
         self._check_float32_range(Xv)
+        self._check_precision(Xv)
         n = Xv.shape[0]
         self._check_work(n, self.output, "transform", sparse=_is_sparse(Xv))
         bar = Progress(self, f"{type(self).__name__}.transform", n, self.verbose, unit="rows")
         progress = bar.update if self.verbose else None
-        hashed = engine(self.device_).transform(self, Xv, self.output, self.algorithm, progress=progress)
+        precision = getattr(self, "precision", "exact")
+        hashed = engine(self.device_).transform(
+            self, Xv, self.output, self.algorithm, progress=progress, precision=precision
+        )
         bar.close(output=self.output, device=self.device_)
         out = self._output(hashed, X)
         if self.output == "sparse":
@@ -627,12 +668,15 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         return tags
 
     # ------------------------------------------------------------ winners
-    def _winners(self, X):
+    def _winners(self, X, precision=None):
         """int32 (n, k_) winner unit indices per row, ascending, on ``device_``.
 
         Private contract for FlyNNClassifier: ``X`` is already validated float
         input (dense NumPy/CuPy or scipy/cupyx sparse) and its size checked by the
         caller. Always the exact WTA (``algorithm='bisect'`` cannot promise ``k_``
-        winners per row).
+        winners per row), with ``precision`` (default: this transformer's).
         """
-        return engine(self.device_).winners(self, X)
+        precision = precision or getattr(self, "precision", "exact")
+        if precision == "integer":
+            self._check_precision(X, precision)
+        return engine(self.device_).winners(self, X, precision=precision)

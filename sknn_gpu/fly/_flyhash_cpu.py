@@ -41,7 +41,11 @@ import scipy.sparse as sp
 from .._backend import to_host
 from ._wta import BISECT_STEPS, break_ties, wta_bisect_mask, wta_exact_mask
 
-__all__ = ["transform", "winners", "work_bytes"]
+__all__ = ["transform", "winners", "work_bytes", "integer_valued"]
+
+#: Largest magnitude of integer-valued input (``precision='integer'``; the GPU's
+#: tensor-core path is exact up to it, :mod:`._flyhash_cuda`).
+INTEGER_LIMIT = 2048
 
 #: Target bytes of one float32 activation block (rows x m).
 BLOCK_BYTES = 8 * 2**20
@@ -61,8 +65,12 @@ _SPARSE_ITEM_BYTES = 36
 # --------------------------------------------------------------------------- #
 # Engine interface                                                              #
 # --------------------------------------------------------------------------- #
-def transform(fh, X, output, algorithm, progress=None):
+def transform(fh, X, output, algorithm, progress=None, precision="exact"):
     """Hash the rows of ``X`` on the host.
+
+    Every ``precision`` computes the exact hash here: float32 sums in feature order
+    (``'fast'`` has nothing faster to offer on the CPU; integer-valued input, which
+    ``'integer'`` promises, sums exactly whatever the method).
 
     Parameters
     ----------
@@ -104,8 +112,8 @@ def transform(fh, X, output, algorithm, progress=None):
     return indptr, indices
 
 
-def winners(fh, X, progress=None):
-    """int32 (n, k_) winner unit indices per row, ascending (exact WTA).
+def winners(fh, X, progress=None, precision="exact"):
+    """int32 (n, k_) winner unit indices per row, ascending (exact WTA; any ``precision``).
 
     Parameters
     ----------
@@ -127,6 +135,24 @@ def winners(fh, X, progress=None):
     for st, blk in _iter_blocks(fh, X, "exact", progress):
         out[st : st + blk.shape[0]] = np.nonzero(blk)[1].reshape(blk.shape[0], k)
     return out
+
+
+def integer_valued(X):
+    """True when every entry of ``X`` (dense or sparse, host) is a whole number of magnitude <= 2048.
+
+    Two reads of the values (magnitude, then whole numbers), block by block, so
+    that no full-size temporary is made.
+    """
+    X = _host_rows(X)
+    data = X.data if sp.issparse(X) else X
+    if data.ndim != 2:
+        data = data.reshape(1, -1)
+    rows = max(1, BLOCK_BYTES // (8 * max(1, data.shape[1])))
+    for st in range(0, data.shape[0], rows):
+        blk = data[st : st + rows]
+        if blk.size and (np.abs(blk).max() > INTEGER_LIMIT or not np.array_equal(blk, np.rint(blk))):
+            return False
+    return True
 
 
 def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
@@ -190,17 +216,14 @@ def _sparse_enough(X):
 def _units_by_feature(fh):
     """``(indptr, units)``: for every feature, the units that read it (``components_`` by columns).
 
-    Kept in the estimator's transient device cache (never pickled, dropped on refit),
-    keyed like :meth:`~sknn_gpu.base.DeviceMixin._device_copy`'s entries.
+    Cached with the estimator until refit (:meth:`~sknn_gpu.base.DeviceMixin._derived`).
     """
-    cache = fh.__dict__.setdefault("_device_cache", {})
-    hit = cache.get(("_units_by_feature", "cpu"))
-    if hit is not None and hit[0] is fh.components_:
-        return hit[1]
-    by_feature = fh.components_.tocsc()
-    table = (by_feature.indptr.astype(np.int64), by_feature.indices.astype(np.int64))
-    cache[("_units_by_feature", "cpu")] = (fh.components_, table)
-    return table
+
+    def build(components):
+        by_feature = components.tocsc()
+        return by_feature.indptr.astype(np.int64), by_feature.indices.astype(np.int64)
+
+    return fh._derived(("_units_by_feature", "cpu"), fh.components_, build)
 
 
 def _sparse_activations(fh, Xb, table):

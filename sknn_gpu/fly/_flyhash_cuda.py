@@ -10,6 +10,16 @@ registers and selects the winners without writing the ``n x m`` activations; the
 rare rows it cannot finish (ties spread over too many units, or a window miss) are
 flagged and finished here from materialised activations with the same exact
 selection as the CPU engine (:mod:`._wta`).
+
+The tensor-core path (``_kernels/flyhash_select.cu``) serves integer-valued input
+under ``precision='exact'`` / ``'integer'`` and every input under ``'fast'``: the
+rows as float16 times the dense float16 0/1 projection in one cuBLAS product with
+float32 accumulation, a chunk of rows at a time (:data:`GEMM_CHUNK_BYTES` of
+activations, which stay in L2), then ``fly_select``: an exact top-k per row with
+ties to the lower index, written as the same packed words. For whole numbers of
+magnitude <= 2048 (exact in float16) and fewer than 8192 connections every
+activation is an integer below 2**24, summed exactly in any order: the same bits as
+the CPU's sequential float32 sums, so the hash is bit-identical.
 """
 
 from __future__ import annotations
@@ -21,9 +31,11 @@ import scipy.sparse as sp
 
 from .._backend import device_limits, get_cupy, is_cupy_sparse, is_device_array
 from .._kernels import get_function
+from ._flyhash_cpu import INTEGER_LIMIT
+from ._flyhash_cpu import integer_valued as _host_integer_valued
 from ._wta import BISECT_STEPS, wta_bisect_mask, wta_exact_mask
 
-__all__ = ["transform", "winners", "work_bytes", "words"]
+__all__ = ["transform", "winners", "work_bytes", "words", "integer_valued", "INTEGER_LIMIT"]
 
 #: Fine/coarse histogram bins per row (the kernel's NB).
 NB = 512
@@ -33,12 +45,24 @@ NTHREADS = 1024
 BATCH_BYTES = 256 * 2**20
 #: Target bytes of one float32 activation block on the fallback paths.
 BLOCK_BYTES = 512 * 2**20
+#: Target bytes of the float32 activations of one chunk on the tensor-core path
+#: (written by the product, read once by the selection). Measured on an H100 at the
+#: FashionMNIST shape: the product needs ~2,000+ rows to run near its peak, which
+#: matters more than keeping a chunk in L2 (docs/performance.md).
+#: ``SKNN_GPU_FLYHASH_CHUNK_MB`` overrides it (tuning).
+GEMM_CHUNK_BYTES = 256 * 2**20
+#: Threads per block of the selection kernel.
+SEL_NT = 512
+#: Most connections for which the tensor-core product of integer-valued input is
+#: exact: whole numbers up to INTEGER_LIMIT = 2**11 are exact in float16, and S of
+#: them sum below 2**24 (exact in float32) when S < 2**13.
+MAX_INTEGER_CONNECTIONS = 8191
 
 
 # --------------------------------------------------------------------------- #
 # Engine interface                                                              #
 # --------------------------------------------------------------------------- #
-def transform(fh, X, output, algorithm, progress=None):  # pragma: no cover - needs a GPU
+def transform(fh, X, output, algorithm, progress=None, precision="exact"):  # pragma: no cover - needs a GPU
     """Hash the rows of ``X`` on the GPU: :func:`._flyhash_cpu.transform`'s contract.
 
     ``X`` may be on the host or the GPU (host rows are moved batch by batch); the
@@ -47,7 +71,7 @@ def transform(fh, X, output, algorithm, progress=None):  # pragma: no cover - ne
     cupy = get_cupy()
     n = X.shape[0]
     m, k = fh.n_components_, fh.k_
-    w = words(fh, X, algorithm, progress=progress)
+    w = words(fh, X, algorithm, progress=progress, precision=precision)
     if output == "packed":
         return cupy.ascontiguousarray(w.view(cupy.uint8)[:, : (m + 7) // 8])
     if output == "dense":
@@ -59,9 +83,24 @@ def transform(fh, X, output, algorithm, progress=None):  # pragma: no cover - ne
     return indptr, _indices(w, k, indptr)
 
 
-def winners(fh, X, progress=None):  # pragma: no cover - needs a GPU
+def winners(fh, X, progress=None, precision="exact"):  # pragma: no cover - needs a GPU
     """:func:`._flyhash_cpu.winners` on the GPU: int32 (n, k_) CuPy winner indices."""
-    return _indices(words(fh, X, "exact", progress=progress), fh.k_, None)
+    return _indices(words(fh, X, "exact", progress=progress, precision=precision), fh.k_, None)
+
+
+def integer_valued(X):  # pragma: no cover - needs a GPU
+    """True when every entry of ``X`` is a whole number of magnitude <= :data:`INTEGER_LIMIT`.
+
+    One read of the input on the device (``fly_integer_check``, on the float32 bits:
+    subnormals are not integers); host input is checked on the host.
+    """
+    if not is_device_array(X):
+        return _host_integer_valued(X)
+    if is_cupy_sparse(X):
+        X = X.data
+    if X.dtype != np.float32 or X.ndim != 2:
+        X = _as_float32(X.reshape(1, -1) if X.ndim == 1 else X)
+    return not _int_check_flag(X)
 
 
 def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
@@ -70,14 +109,19 @@ def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
     Host: a batch of host input made dense, and the result if it goes back to the
     host. GPU: the input batch, the packed words, the fallback block, the result.
     ``sparse`` changes nothing here: sparse batches are made dense batch by batch,
-    which the input batch already counts.
+    which the input batch already counts. The tensor-core path is always counted (it
+    serves integer-valued input whatever the precision): the float16 projection, the
+    batch in float16 and one chunk of activations.
     """
     n, d, m = int(n_samples), int(n_features), int(n_components)
     if n == 0:
         return 0, 0
     mw = (m + 31) // 32
-    batch = min(n, max(1, BATCH_BYTES // (4 * max(1, d)))) * d * 4
+    rows = min(n, max(1, BATCH_BYTES // (4 * max(1, d))))
+    batch = rows * d * 4
     fallback = min(n, max(1, BLOCK_BYTES // (4 * m))) * m * 11  # activations, mask, packing
+    dp = _half_width(d)
+    fallback = max(fallback, m * dp * 2 + rows * dp * 2 + _gemm_chunk_rows(m, n) * m * 4)
     out = {
         "dense": 2 * n * m,
         "packed": n * ((m + 7) // 8),
@@ -87,11 +131,16 @@ def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
     return batch + out, batch + 4 * n * mw + fallback + out
 
 
-def words(fh, X, algorithm, stats=None, progress=None):  # pragma: no cover - needs a GPU
+def words(fh, X, algorithm, stats=None, progress=None, precision="exact"):  # pragma: no cover - needs a GPU
     """uint32 (n, ceil(m/32)) packed winners on the GPU.
 
+    ``precision`` (``algorithm='exact'`` only): ``'exact'`` hashes each input batch
+    that is integer-valued on tensor cores and the others with the fused kernel (the
+    same bits either way); ``'integer'`` is ``'exact'`` for input the estimator
+    checked is integer-valued; ``'fast'`` hashes everything on tensor cores.
     ``stats`` (a dict), when given, receives ``fallback_rows``: rows the fused
-    kernel flagged and the materialised path finished. ``progress``, when given, is
+    kernel flagged and the materialised path finished, and ``tensor_rows``: rows
+    hashed on tensor cores. ``progress``, when given, is
     called with the rows of each input batch once the batch is done: the batch is
     waited for first (the fused kernel's flag count already waits, the materialised
     path does not), so the report is true. Without it the launches are unchanged.
@@ -105,6 +154,14 @@ def words(fh, X, algorithm, stats=None, progress=None):  # pragma: no cover - ne
     for st, Xb in _device_batches(X, d):
         b = Xb.shape[0]
         out = out_words[st : st + b]
+        if algorithm == "exact" and _on_tensor_cores(fh, Xb, precision):
+            _tensor_words(fh, Xb, out, scale_rows=precision == "fast")
+            if stats is not None:
+                stats["tensor_rows"] = stats.get("tensor_rows", 0) + b
+            if progress is not None:
+                cupy.cuda.get_current_stream().synchronize()
+                progress(b)
+            continue
         config = _fused_config(d, b) if algorithm == "exact" else None
         if config is not None:
             rows, dyn = config
@@ -147,6 +204,134 @@ def words(fh, X, algorithm, stats=None, progress=None):  # pragma: no cover - ne
             cupy.cuda.get_current_stream().synchronize()
             progress(b)
     return out_words
+
+
+# --------------------------------------------------------------------------- #
+# Tensor-core path                                                              #
+# --------------------------------------------------------------------------- #
+def _half_width(n_features):
+    """Columns of the float16 rows and projection: d padded to a multiple of 8 (16-byte rows)."""
+    return -(-int(n_features) // 8) * 8
+
+
+def _gemm_chunk_rows(m, n):
+    """Rows per product + selection chunk: :data:`GEMM_CHUNK_BYTES` of float32 activations."""
+    target = GEMM_CHUNK_BYTES
+    forced = os.environ.get("SKNN_GPU_FLYHASH_CHUNK_MB")
+    if forced:
+        target = int(float(forced) * 2**20)
+    return max(1, min(int(n), target // (4 * int(m))))
+
+
+def _int_check_flag(Xb):  # pragma: no cover - needs a GPU
+    """1 when the float32 block holds an entry that is not a whole number <= INTEGER_LIMIT."""
+    cupy = get_cupy()
+    bad = cupy.zeros(1, dtype=cupy.uint32)
+    n, d = Xb.shape
+    if n:
+        blocks = min(int(n), 8 * device_limits().sm_count)
+        get_function("flyhash_select", "fly_integer_check")(
+            (blocks,), (256,), (Xb, np.int64(n), np.int32(d), np.int64(Xb.strides[0] // 4), bad)
+        )
+    return int(bad[0])
+
+
+def _on_tensor_cores(fh, Xb, precision):  # pragma: no cover - needs a GPU
+    """Whether the (dense float32 device) block goes through the tensor-core path."""
+    if precision == "fast":
+        return True
+    if fh.n_connections_ > MAX_INTEGER_CONNECTIONS:
+        return False
+    return precision == "integer" or not _int_check_flag(Xb)
+
+
+def _half_projection(fh):  # pragma: no cover - needs a GPU
+    """The (m, d padded) float16 0/1 projection on the GPU, built there once per fit."""
+
+    def build(components):
+        cupy = get_cupy()
+        m, d = components.shape
+        dp = _half_width(d)
+        P = cupy.zeros((m, dp), dtype=cupy.uint16)
+        conn = cupy.asarray(components.indices.astype(np.int32, copy=False))
+        total = int(conn.size)
+        if total:
+            get_function("flyhash_select", "fly_dense_projection")(
+                ((total + 255) // 256,), (256,), (conn, np.int32(m), np.int32(total // m), P, np.int32(dp))
+            )
+        return P
+
+    return fh._derived(("_half_projection", "cuda"), fh.components_, build)
+
+
+def _cublas_half_gemm(P, H, A, rows):  # pragma: no cover - needs a GPU
+    """A[:rows] = H[:rows] @ P.T: float16 operands, float32 accumulation and result (cuBLAS)."""
+    cupy = get_cupy()
+    try:
+        from cupy_backends.cuda.libs import cublas
+    except ImportError:  # pragma: no cover - older layouts
+        from cupy.cuda import cublas
+    runtime = cupy.cuda.runtime
+    r16 = getattr(runtime, "CUDA_R_16F", 2)
+    r32 = getattr(runtime, "CUDA_R_32F", 0)
+    compute = getattr(cublas, "CUBLAS_COMPUTE_32F", 68)
+    algo = getattr(cublas, "CUBLAS_GEMM_DEFAULT", -1)
+    m, dp = P.shape
+    handle = cupy.cuda.device.get_cublas_handle()
+    cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
+    mode = cublas.getPointerMode(handle)
+    cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    try:
+        cublas.gemmEx(
+            handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, m, int(rows), dp,
+            _ONE.ctypes.data, P.data.ptr, r16, dp, H.data.ptr, r16, dp,
+            _ZERO.ctypes.data, A.data.ptr, r32, m, compute, algo,
+        )  # fmt: skip
+    finally:
+        cublas.setPointerMode(handle, mode)
+
+
+_ONE = np.ones(1, dtype=np.float32)
+_ZERO = np.zeros(1, dtype=np.float32)
+
+
+def _select_kernel(m):  # pragma: no cover - needs a GPU
+    """(fly_select, dynamic shared bytes): the row's keys in shared memory when they fit."""
+    static = 4 * 2048 + 1024
+    keys = 4 * int(m)
+    in_smem = keys + static <= device_limits().smem_per_block_optin
+    kern = get_function("flyhash_select", "fly_select", SEL_NT=SEL_NT, SMEM_KEYS=int(in_smem))
+    dyn = keys if in_smem else 0
+    if dyn:
+        _set_dynamic_smem(kern, dyn)
+    return kern, dyn
+
+
+def _tensor_words(fh, Xb, out, scale_rows):  # pragma: no cover - needs a GPU
+    """Packed winners of a dense float32 device block on tensor cores (see the module doc)."""
+    cupy = get_cupy()
+    b, d = Xb.shape
+    m, k = fh.n_components_, fh.k_
+    mw = out.shape[1]
+    P = _half_projection(fh)
+    dp = P.shape[1]
+    H = cupy.empty((b, dp), dtype=cupy.uint16)
+    blocks = min(b, 16 * device_limits().sm_count)
+    ldx = np.int64(Xb.strides[0] // 4)
+    get_function("flyhash_select", "fly_to_half")(
+        (blocks,), (256,), (Xb, np.int64(b), np.int32(d), ldx, np.int32(bool(scale_rows)), H, np.int32(dp))
+    )
+    R = _gemm_chunk_rows(m, b)
+    A = cupy.empty((R, m), dtype=cupy.float32)
+    sel, dyn = _select_kernel(m)
+    for c0 in range(0, b, R):
+        rows = min(R, b - c0)
+        _cublas_half_gemm(P, H[c0:], A, rows)
+        sel(
+            (rows,), (SEL_NT,),
+            (A, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), out[c0:], np.int64(out.strides[0] // 4)),
+            shared_mem=dyn,
+        )  # fmt: skip
 
 
 # --------------------------------------------------------------------------- #

@@ -95,7 +95,7 @@ def _host_labels(y, what="y"):
 
 def _hash_constraints():
     src = getattr(FlyHashTransformer, "_parameter_constraints", {})
-    return {name: src.get(name, "no_validation") for name in HASH_PARAMS}
+    return {name: src.get(name, "no_validation") for name in (*HASH_PARAMS, "precision")}
 
 
 # --------------------------------------------------------------------------- #
@@ -156,6 +156,15 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Fraction of the inputs each cell reads when ``n_connections`` is None.
     k : int or float, default=32
         Winners per code: an int is a count, a float in (0, 1) a fraction of ``m``.
+    precision : {'exact', 'integer', 'fast'}, default='exact'
+        Arithmetic of the hash in ``fit`` and prediction (see
+        :class:`~sknn_gpu.fly.FlyHashTransformer`): ``'exact'`` is bit-identical on
+        CPU and GPU; ``'fast'`` hashes on tensor cores in float16 on a GPU (the
+        exact hash on the CPU), close to but not always the exact winners;
+        ``'integer'`` needs ``normalize=False`` and integer-valued input (raw
+        pixels), which a GPU then hashes exactly on tensor cores (``'exact'`` does
+        that too when the input happens to be integer-valued). Read at every call,
+        so it can be changed after ``fit`` (parties of a federation may differ).
     gamma : float in [0, 1), default=0.5
         Filter decay: ``w_l = gamma ** z_l``. ``gamma = 0`` gives the binary Fly
         Bloom filter (a cell is 1 until any training code of the class uses it);
@@ -261,6 +270,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         n_connections=None,
         connection_sparsity=0.1,
         k=32,
+        precision="exact",
         gamma=0.5,
         normalize=True,
         batch_size=8192,
@@ -274,6 +284,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.n_connections = n_connections
         self.connection_sparsity = connection_sparsity
         self.k = k
+        self.precision = precision
         self.gamma = gamma
         self.normalize = normalize
         self.batch_size = batch_size
@@ -464,6 +475,12 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """
         if not self.normalize:  # raw inputs are summed in float32: refuse what it cannot hold
             self.hasher_._check_float32_range(X, hint="rescale X or use normalize=True")
+        precision = getattr(self, "precision", "exact")
+        if precision == "integer" and self.normalize:
+            raise ValueError(
+                "precision='integer' needs normalize=False: normalize=True centres and scales the "
+                "rows, which are then no longer integer-valued."
+            )
         eng = engine(self.device_)
         dense_first = self.normalize and (sp.issparse(X) or is_cupy_sparse(X))
         bs = int(self.batch_size)
@@ -472,7 +489,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             Xb = to_device(Xb.toarray() if dense_first else Xb, self.device_)
             if self.normalize:
                 Xb = eng.row_normalize(Xb)
-            yield start, self.hasher_._winners(Xb)
+            yield start, self.hasher_._winners(Xb, precision=precision)
             if bar is not None and self.verbose:
                 synchronize(self.device_)
                 bar.update(rows=Xb.shape[0])

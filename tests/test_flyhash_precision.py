@@ -1,0 +1,171 @@
+"""FlyHash ``precision``: 'exact' / 'integer' / 'fast' on both devices (issue 13).
+
+CPU: every precision gives the exact hash; bad settings and non-integer input under
+'integer' are refused. GPU: integer-valued input goes through tensor cores and is
+bit-identical to the CPU; 'fast' keeps >= 99 % of the exact winners.
+"""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from sklearn.datasets import load_digits
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils._param_validation import InvalidParameterError
+
+from sknn_gpu._backend import to_host
+from sknn_gpu.fly import FlyHashTransformer, FlyNNClassifier, _flyhash_cpu, _flyhash_cuda
+
+
+def _hash(X, precision, device, output="dense", **params):
+    params = {"k": 40, "n_components": 1000, "random_state": 3, **params}
+    fh = FlyHashTransformer(precision=precision, output=output, device=device, **params).fit(X)
+    return to_host(fh.transform(X)), fh
+
+
+def _pixels(rng, n=300, d=784):
+    """uint8-valued images as float: many equal activations (ties) per row."""
+    return rng.integers(0, 256, size=(n, d)).astype(np.float64)
+
+
+def _recall(fast, exact):
+    """Fraction of the exact winners the fast hash kept (same k per row)."""
+    fast, exact = np.asarray(fast, bool), np.asarray(exact, bool)
+    return float((fast & exact).sum() / exact.sum())
+
+
+# ----------------------------------------------------------------------------- CPU
+@pytest.mark.parametrize("precision", ["integer", "fast"])
+def test_every_precision_is_the_exact_hash_on_the_cpu(rng, precision):
+    X = _pixels(rng, n=60, d=100)
+    exact, _ = _hash(X, "exact", "cpu")
+    other, _ = _hash(X, precision, "cpu")
+    np.testing.assert_array_equal(other, exact)
+    assert np.all(exact.sum(axis=1) == 40)
+    if precision == "fast":  # and for input that is not integer-valued
+        Xf = rng.random((60, 100))
+        np.testing.assert_array_equal(_hash(Xf, "fast", "cpu")[0], _hash(Xf, "exact", "cpu")[0])
+
+
+def test_integer_precision_refuses_other_input(rng):
+    X = _pixels(rng, n=20, d=50)
+    fh = FlyHashTransformer(k=5, precision="integer", device="cpu", random_state=0).fit(X)
+    fh.transform(X)  # whole numbers in [0, 255]: fine
+    fh.transform(np.asarray(X, dtype=np.uint8))  # the dtype does not matter
+    for bad in (X + 0.5, X * 9, X - 3000):  # halves, above 2048, below -2048
+        with pytest.raises(ValueError, match="integer-valued input"):
+            fh.transform(bad)
+    with pytest.raises(ValueError, match="integer-valued input"):
+        fh.transform(sp.csr_matrix(np.where(X > 200, X + 0.25, 0.0)))
+
+
+def test_integer_valued_checks_whole_numbers_and_range():
+    ok = np.array([[0.0, -0.0, 2048.0, -2048.0, 7.0, 1024.0]])
+    assert _flyhash_cpu.integer_valued(ok)
+    for v in (2049.0, 0.5, -1e-3, np.nextafter(np.float32(0), 1), 1e9, 3.0000002):
+        assert not _flyhash_cpu.integer_valued(np.array([[1.0, v]], dtype=np.float32)), v
+    assert _flyhash_cpu.integer_valued(sp.csr_matrix(ok))
+    assert _flyhash_cpu.integer_valued(np.zeros((0, 3)))
+
+
+def test_precision_setting_errors():
+    X = np.arange(40, dtype=float).reshape(4, 10)
+    with pytest.raises(InvalidParameterError, match="precision"):
+        FlyHashTransformer(precision="half").fit(X)
+    for p in ("integer", "fast"):
+        with pytest.raises(ValueError, match="algorithm='exact' only"):
+            FlyHashTransformer(precision=p, algorithm="bisect", device="cpu").fit(X)
+    with pytest.raises(ValueError, match="normalize=False"):
+        FlyNNClassifier(precision="integer", device="cpu").fit(X, [0, 1, 0, 1])
+
+
+def test_flynn_reads_precision_at_every_call():
+    X, y = load_digits(return_X_y=True)  # whole numbers 0..16
+    clf = FlyNNClassifier(normalize=False, precision="integer", random_state=0, device="cpu").fit(X, y)
+    ref = FlyNNClassifier(normalize=False, random_state=0, device="cpu").fit(X, y)
+    np.testing.assert_array_equal(clf.counts_, ref.counts_)
+    clf.set_params(precision="fast")
+    np.testing.assert_array_equal(clf.predict(X), ref.predict(X))
+    clf.set_params(precision="integer")
+    with pytest.raises(ValueError, match="integer-valued input"):
+        clf.predict(X + 0.5)
+
+
+# ----------------------------------------------------------------------------- GPU
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "data",
+    ["pixels", "digits", "signed", "constant-rows"],
+)
+def test_integer_input_on_tensor_cores_is_bit_identical(rng, data):
+    s = None
+    if data == "pixels":
+        X = _pixels(rng)
+    elif data == "digits":
+        X = load_digits().data[:500]
+    elif data == "signed":  # sums up to +-2048 * 900: far from 2**24, still exact
+        X = rng.integers(-2048, 2049, size=(200, 1000)).astype(np.float32)
+        s = 900
+    else:  # every activation of a row equal: the first k units win
+        X = np.repeat(rng.integers(0, 256, size=(50, 1)), 300, axis=1).astype(np.float64)
+    params = {} if s is None else {"n_connections": s}
+    cpu, _ = _hash(X, "exact", "cpu", **params)
+    import cupy
+
+    fh = FlyHashTransformer(k=40, n_components=1000, random_state=3, device="cuda", **params).fit(X)
+    stats = {}
+    words = _flyhash_cuda.words(fh, cupy.asarray(X, dtype=cupy.float32), "exact", stats=stats)
+    assert stats.get("tensor_rows") == X.shape[0] and not stats.get("fallback_rows")
+    gpu = np.unpackbits(words.get().view(np.uint8), axis=1)[:, : fh.n_components_]
+    np.testing.assert_array_equal(gpu, cpu)
+    np.testing.assert_array_equal(_hash(X, "integer", "cuda", **params)[0], cpu)
+
+
+@pytest.mark.cuda
+def test_float_input_stays_on_the_fused_kernel_under_exact(rng):
+    import cupy
+
+    X = rng.random((64, 200)).astype(np.float32)
+    fh = FlyHashTransformer(k=20, n_components=800, random_state=0, device="cuda").fit(X)
+    stats = {}
+    _flyhash_cuda.words(fh, cupy.asarray(X), "exact", stats=stats)
+    assert not stats.get("tensor_rows")
+    with pytest.raises(ValueError, match="integer-valued input"):
+        FlyHashTransformer(precision="integer", device="cuda").fit(X).transform(cupy.asarray(X))
+
+
+@pytest.mark.cuda
+def test_selection_without_shared_memory_keys_and_over_chunks(rng, monkeypatch):
+    """m too large for the row's keys in shared memory, and many product chunks."""
+    monkeypatch.setenv("SKNN_GPU_FLYHASH_CHUNK_MB", "1")  # 4 rows of 60,000 units a chunk
+    X = rng.integers(0, 16, size=(37, 64)).astype(np.float32)
+    params = {"n_components": 60000, "k": 3000, "n_connections": 12}
+    gpu, cpu = _hash(X, "integer", "cuda", **params)[0], _hash(X, "exact", "cpu", **params)[0]
+    np.testing.assert_array_equal(gpu, cpu)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("data", ["digits", "digits-standardized", "uniform"])
+def test_fast_keeps_the_exact_winners(rng, data):
+    if data.startswith("digits"):
+        X = load_digits().data
+        if data == "digits-standardized":  # real-valued features: float16 rounds them
+            X = StandardScaler().fit_transform(X)
+        params = {"n_components": 1280, "k": 64}
+    else:
+        X = rng.random((2000, 784)).astype(np.float32)
+        params = {"n_components": 25088 // 4, "k": 313, "n_connections": 39}
+    exact, _ = _hash(X, "exact", "cpu", **params)
+    fast, _ = _hash(X, "fast", "cuda", **params)
+    assert np.all(fast.sum(axis=1) == params["k"])
+    assert _recall(fast, exact) >= 0.99
+
+
+@pytest.mark.cuda
+def test_fast_scales_rows_out_of_float16_range(rng):
+    """Rows of 1e6 and of 1e-6 overflow or underflow float16 unless scaled first."""
+    X = rng.random((100, 300))
+    X[:50] *= 1e6
+    X[50:] *= 1e-6
+    exact, _ = _hash(X, "exact", "cpu")
+    fast, _ = _hash(X, "fast", "cuda")
+    assert _recall(fast[:50], exact[:50]) >= 0.99 and _recall(fast[50:], exact[50:]) >= 0.99
