@@ -151,13 +151,44 @@ __device__ __forceinline__ void find_bin(const unsigned* hist, const unsigned ne
     __syncthreads();
 }
 
+// f(key) for every key of the row, four at a time (16-byte loads) when the row
+// allows it (`vec`: M and lda multiples of 4), else one at a time.
+template <class F>
+__device__ __forceinline__ void for_each_key(const unsigned* keys, const float* __restrict__ a, int M, bool vec,
+                                             F f)
+{
+#if SMEM_KEYS
+    if (vec) {
+        const uint4* k4 = reinterpret_cast<const uint4*>(keys);
+        for (int q = threadIdx.x; q < (M >> 2); q += SEL_NT) {
+            const uint4 v = k4[q];
+            f(v.x); f(v.y); f(v.z); f(v.w);
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < M; i += SEL_NT) f(keys[i]);
+#else
+    if (vec) {
+        const float4* a4 = reinterpret_cast<const float4*>(a);
+        for (int q = threadIdx.x; q < (M >> 2); q += SEL_NT) {
+            const float4 v = a4[q];
+            f(ord_key(v.x)); f(ord_key(v.y)); f(ord_key(v.z)); f(ord_key(v.w));
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < M; i += SEL_NT) f(ord_key(a[i]));
+#endif
+}
+
 // out row r (ldo words apart) <- the K largest of A row r (lda floats apart), r < n.
 extern "C" __global__ void __launch_bounds__(SEL_NT)
 fly_select(const float* __restrict__ A, const long long lda, const int M, const int MW, const int K,
            unsigned* __restrict__ out, const long long ldo)
 {
 #if SMEM_KEYS
-    extern __shared__ unsigned keys[];
+    extern __shared__ __align__(16) unsigned keys[];
+#else
+    const unsigned* keys = nullptr;
 #endif
     __shared__ unsigned hist[SEL_BINS];
     __shared__ unsigned s_warp[SEL_WARPS];
@@ -168,16 +199,30 @@ fly_select(const float* __restrict__ A, const long long lda, const int M, const 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long row = blockIdx.x;
     const float* __restrict__ a = A + row * lda;
+    const bool vec = ((M & 3) == 0) && ((lda & 3) == 0);
 
     // ---- keys and their range -------------------------------------------------
     unsigned kmn = 0xffffffffu, kmx = 0u;
-    for (int i = tid; i < M; i += SEL_NT) {
-        const unsigned k = ord_key(a[i]);
+    if (vec) {
+        const float4* a4 = reinterpret_cast<const float4*>(a);
+        for (int q = tid; q < (M >> 2); q += SEL_NT) {
+            const float4 v = a4[q];
+            const uint4 k = make_uint4(ord_key(v.x), ord_key(v.y), ord_key(v.z), ord_key(v.w));
 #if SMEM_KEYS
-        keys[i] = k;
+            reinterpret_cast<uint4*>(keys)[q] = k;
 #endif
-        kmn = min(kmn, k);
-        kmx = max(kmx, k);
+            kmn = min(min(kmn, min(k.x, k.y)), min(k.z, k.w));
+            kmx = max(max(kmx, max(k.x, k.y)), max(k.z, k.w));
+        }
+    } else {
+        for (int i = tid; i < M; i += SEL_NT) {
+            const unsigned k = ord_key(a[i]);
+#if SMEM_KEYS
+            keys[i] = k;
+#endif
+            kmn = min(kmn, k);
+            kmx = max(kmx, k);
+        }
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
@@ -205,10 +250,9 @@ fly_select(const float* __restrict__ A, const long long lda, const int M, const 
         const int shift = bits > 11 ? bits - 11 : 0;
         for (int b = tid; b < SEL_BINS; b += SEL_NT) hist[b] = 0u;
         __syncthreads();
-        for (int i = tid; i < M; i += SEL_NT) {
-            const unsigned k = KEY(i);
+        for_each_key(keys, a, M, vec, [&](unsigned k) {
             if (k >= lo && k <= hi) atomicAdd(&hist[(k - lo) >> shift], 1u);
-        }
+        });
         __syncthreads();
         find_bin(hist, need, s_warp, &s_bin, &s_above);
         const int b = s_bin;
