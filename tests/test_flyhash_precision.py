@@ -65,6 +65,17 @@ def test_integer_valued_checks_whole_numbers_and_range():
         assert not _flyhash_cpu.integer_valued(np.array([[1.0, v]], dtype=np.float32)), v
     assert _flyhash_cpu.integer_valued(sp.csr_matrix(ok))
     assert _flyhash_cpu.integer_valued(np.zeros((0, 3)))
+    # judged on the float32 values the hash sees: 7 + 1e-9 is 7.0 in float32
+    assert _flyhash_cpu.integer_valued(np.array([[7 + 1e-9, 3.0]]))
+
+
+_INTEGER_CASES = [
+    (np.array([[0.0, -0.0, 2048.0, -2048.0, 7.0]]), True),
+    (np.array([[7 + 1e-9, 3.0]]), True),
+    (np.array([[1.0, 2049.0]]), False),
+    (np.array([[1.0, 0.5]]), False),
+    (np.array([[1.0, 1e-40]], dtype=np.float32), False),  # a subnormal
+]
 
 
 def test_precision_setting_errors():
@@ -169,3 +180,16 @@ def test_fast_scales_rows_out_of_float16_range(rng):
     exact, _ = _hash(X, "exact", "cpu")
     fast, _ = _hash(X, "fast", "cuda")
     assert _recall(fast[:50], exact[:50]) >= 0.99 and _recall(fast[50:], exact[50:]) >= 0.99
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("case", range(len(_INTEGER_CASES)))
+def test_integer_check_agrees_on_both_devices(case):
+    import cupy
+    import cupyx.scipy.sparse as csp
+
+    X, expected = _INTEGER_CASES[case]
+    assert _flyhash_cpu.integer_valued(X) is expected
+    assert _flyhash_cuda.integer_valued(cupy.asarray(X)) is expected
+    host_csr = sp.csr_matrix(X.astype(np.float32))  # built on the host: the subnormal is kept
+    assert _flyhash_cuda.integer_valued(csp.csr_matrix(host_csr)) is expected

@@ -140,8 +140,8 @@ def winners(fh, X, progress=None, precision="exact"):
 def integer_valued(X):
     """True when every entry of ``X`` (dense or sparse, host) is a whole number of magnitude <= 2048.
 
-    Two reads of the values (magnitude, then whole numbers), block by block, so
-    that no full-size temporary is made.
+    Judged on the float32 values FlyHash hashes (``X`` rounded to float32, as both
+    devices do), block by block, so that no full-size temporary is made.
     """
     X = _host_rows(X)
     data = X.data if sp.issparse(X) else X
@@ -149,7 +149,7 @@ def integer_valued(X):
         data = data.reshape(1, -1)
     rows = max(1, BLOCK_BYTES // (8 * max(1, data.shape[1])))
     for st in range(0, data.shape[0], rows):
-        blk = data[st : st + rows]
+        blk = np.asarray(data[st : st + rows], dtype=np.float32)
         if blk.size and (np.abs(blk).max() > INTEGER_LIMIT or not np.array_equal(blk, np.rint(blk))):
             return False
     return True

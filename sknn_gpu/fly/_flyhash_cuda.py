@@ -91,16 +91,14 @@ def winners(fh, X, progress=None, precision="exact"):  # pragma: no cover - need
 def integer_valued(X):  # pragma: no cover - needs a GPU
     """True when every entry of ``X`` is a whole number of magnitude <= :data:`INTEGER_LIMIT`.
 
-    One read of the input on the device (``fly_integer_check``, on the float32 bits:
-    subnormals are not integers); host input is checked on the host.
+    One read of the input on the device (``fly_integer_check``, on the float32 bits
+    of the values as the hash rounds them: subnormals are not integers); host input
+    is checked on the host.
     """
     if not is_device_array(X):
         return _host_integer_valued(X)
-    if is_cupy_sparse(X):
-        X = X.data
-    if X.dtype != np.float32 or X.ndim != 2:
-        X = _as_float32(X.reshape(1, -1) if X.ndim == 1 else X)
-    return not _int_check_flag(X)
+    # batch by batch as transform reads it (float32, dense): memory stays bounded
+    return not any(_int_check_flag(Xb) for _, Xb in _device_batches(X, X.shape[1]))
 
 
 def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
