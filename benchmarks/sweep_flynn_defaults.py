@@ -4,9 +4,13 @@ stratified folds) over expansion_factor x k x gamma, against the best of 1/3/5-N
 
 Prints kNN's accuracy per dataset, the 8 settings with the smallest mean gap to kNN, and
 today's defaults. CPU, about a minute: ``python benchmarks/sweep_flynn_defaults.py``.
+``--wide`` sweeps the other axes instead: ``normalize`` x ``n_components`` (the default
+``20 * n_features``, or 2,000 / 4,000 / 8,000 cells) x ``k`` x ``connection_sparsity``
+(0.1, 0.3) x ``gamma`` (0.5, 0.8), and prints the 12 best settings.
 """
 
 import itertools
+import sys
 
 import numpy as np
 from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
@@ -31,18 +35,39 @@ for name, (X, y) in data.items():
         for k in (1, 3, 5)
     )
 print("knn", {k: round(v, 3) for k, v in knn.items()})
-res = []
-for ef, k, g in itertools.product([10, 20, 40], [16, 32, 64, 128], [0.0, 0.5, 0.8]):
+
+
+def cv_accuracy(**params):
     accs = {}
     for name, (X, y) in data.items():
-        m = int(ef * X.shape[1])
-        kk = min(k, m // 2)
-        clf = make_pipeline(
-            MinMaxScaler(), FlyNNClassifier(expansion_factor=ef, k=kk, gamma=g, random_state=0, device="cpu")
-        )
+        m = params.get("n_components") or int(params.get("expansion_factor", 20.0) * X.shape[1])
+        p = {**params, "k": min(params["k"], m // 2)}
+        clf = make_pipeline(MinMaxScaler(), FlyNNClassifier(**p, random_state=0, device="cpu"))
         accs[name] = cross_val_score(clf, X, y, cv=cv).mean()
-    gap = np.mean([knn[n] - accs[n] for n in data])
+    return np.mean([knn[n] - accs[n] for n in data]), accs
+
+
+def show(gap, label, accs):
+    print(f"gap {gap:.3f} {label} ", {n: round(a, 3) for n, a in accs.items()})
+
+
+if "--wide" in sys.argv:
+    grid = itertools.product(
+        [True, False], [None, 2000, 4000, 8000], [16, 32, 64, 128], [0.1, 0.3], [0.5, 0.8]
+    )
+    res = []
+    for norm, m, k, cs, g in grid:
+        gap, accs = cv_accuracy(normalize=norm, n_components=m, k=k, connection_sparsity=cs, gamma=g)
+        res.append((gap, f"normalize={norm} n_components={m} k={k} connection_sparsity={cs} gamma={g}", accs))
+    res.sort(key=lambda r: r[0])
+    for row in res[:12]:
+        show(*row)
+    sys.exit(0)
+
+res = []
+for ef, k, g in itertools.product([10, 20, 40], [16, 32, 64, 128], [0.0, 0.5, 0.8]):
+    gap, accs = cv_accuracy(expansion_factor=ef, k=k, gamma=g)
     res.append((gap, ef, k, g, accs))
 res.sort(key=lambda r: r[0])
 for gap, ef, k, g, accs in res[:8] + [r for r in res if r[1] == 20 and r[2] == 32 and r[3] == 0.5]:
-    print(f"gap {gap:.3f} ef={ef} k={k} gamma={g} ", {n: round(a, 3) for n, a in accs.items()})
+    show(gap, f"ef={ef} k={k} gamma={g}", accs)
