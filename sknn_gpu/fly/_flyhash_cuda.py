@@ -15,7 +15,7 @@ The tensor-core path (``_kernels/flyhash_select.cu``) serves integer-valued inpu
 under ``precision='exact'`` / ``'integer'`` and every input under ``'fast'``: the
 rows as float16 times the dense float16 0/1 projection in one cuBLAS product with
 float32 accumulation, a chunk of rows at a time (:data:`GEMM_CHUNK_BYTES` of
-activations, which stay in L2), then ``fly_select``: an exact top-k per row with
+activations, written once and read once), then ``fly_select``: an exact top-k per row with
 ties to the lower index, written as the same packed words. For whole numbers of
 magnitude <= 2048 (exact in float16) and fewer than 8192 connections every
 activation is an integer below 2**24, summed exactly in any order: the same bits as
