@@ -668,15 +668,17 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         return tags
 
     # ------------------------------------------------------------ winners
-    def _winners(self, X, precision=None):
+    def _winners(self, X, precision=None, integer_input=None):
         """int32 (n, k_) winner unit indices per row, ascending, on ``device_``.
 
         Private contract for FlyNNClassifier: ``X`` is already validated float
         input (dense NumPy/CuPy or scipy/cupyx sparse) and its size checked by the
         caller. Always the exact WTA (``algorithm='bisect'`` cannot promise ``k_``
         winners per row), with ``precision`` (default: this transformer's).
+        ``integer_input=False``: the caller knows ``X`` is not integer-valued, so the GPU
+        skips looking (see :func:`._flyhash_cuda.winners`).
         """
         precision = precision or getattr(self, "precision", "exact")
         if precision == "integer":
             self._check_precision(X, precision)
-        return engine(self.device_).winners(self, X, precision=precision)
+        return engine(self.device_).winners(self, X, precision=precision, integer_input=integer_input)

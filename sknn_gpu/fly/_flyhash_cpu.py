@@ -112,8 +112,10 @@ def transform(fh, X, output, algorithm, progress=None, precision="exact"):
     return indptr, indices
 
 
-def winners(fh, X, progress=None, precision="exact"):
+def winners(fh, X, progress=None, precision="exact", integer_input=None):
     """int32 (n, k_) winner unit indices per row, ascending (exact WTA; any ``precision``).
+
+    ``integer_input`` (a hint for the GPU engine's routing) changes nothing here.
 
     Parameters
     ----------

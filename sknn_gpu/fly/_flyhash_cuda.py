@@ -83,9 +83,15 @@ def transform(fh, X, output, algorithm, progress=None, precision="exact"):  # pr
     return indptr, _indices(w, k, indptr)
 
 
-def winners(fh, X, progress=None, precision="exact"):  # pragma: no cover - needs a GPU
-    """:func:`._flyhash_cpu.winners` on the GPU: int32 (n, k_) CuPy winner indices."""
-    return _indices(words(fh, X, "exact", progress=progress, precision=precision), fh.k_, None)
+def winners(fh, X, progress=None, precision="exact", integer_input=None):  # pragma: no cover - needs a GPU
+    """:func:`._flyhash_cpu.winners` on the GPU: int32 (n, k_) CuPy winner indices.
+
+    ``integer_input=False`` says the caller knows ``X`` is not integer-valued (FlyNN's
+    normalised rows): ``'exact'`` then skips the per-batch integer check (a kernel and
+    a wait) and goes straight to the fused kernel.
+    """
+    w = words(fh, X, "exact", progress=progress, precision=precision, integer_input=integer_input)
+    return _indices(w, fh.k_, None)
 
 
 def integer_valued(X):  # pragma: no cover - needs a GPU
@@ -129,13 +135,17 @@ def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
     return batch + out, batch + 4 * n * mw + fallback + out
 
 
-def words(fh, X, algorithm, stats=None, progress=None, precision="exact"):  # pragma: no cover - needs a GPU
+def words(
+    fh, X, algorithm, stats=None, progress=None, precision="exact", integer_input=None
+):  # pragma: no cover - needs a GPU
     """uint32 (n, ceil(m/32)) packed winners on the GPU.
 
     ``precision`` (``algorithm='exact'`` only): ``'exact'`` hashes each input batch
     that is integer-valued on tensor cores and the others with the fused kernel (the
     same bits either way); ``'integer'`` is ``'exact'`` for input the estimator
     checked is integer-valued; ``'fast'`` hashes everything on tensor cores.
+    ``integer_input=False`` (the caller knows the input is not integer-valued) skips
+    the per-batch check under ``'exact'``.
     ``stats`` (a dict), when given, receives ``fallback_rows``: rows the fused
     kernel flagged and the materialised path finished, and ``tensor_rows``: rows
     hashed on tensor cores. ``progress``, when given, is
@@ -152,7 +162,7 @@ def words(fh, X, algorithm, stats=None, progress=None, precision="exact"):  # pr
     for st, Xb in _device_batches(X, d):
         b = Xb.shape[0]
         out = out_words[st : st + b]
-        if algorithm == "exact" and _on_tensor_cores(fh, Xb, precision):
+        if algorithm == "exact" and _on_tensor_cores(fh, Xb, precision, integer_input):
             _tensor_words(fh, Xb, out, scale_rows=precision == "fast")
             if stats is not None:
                 stats["tensor_rows"] = stats.get("tensor_rows", 0) + b
@@ -234,11 +244,11 @@ def _int_check_flag(Xb):  # pragma: no cover - needs a GPU
     return int(bad[0])
 
 
-def _on_tensor_cores(fh, Xb, precision):  # pragma: no cover - needs a GPU
+def _on_tensor_cores(fh, Xb, precision, integer_input=None):  # pragma: no cover - needs a GPU
     """Whether the (dense float32 device) block goes through the tensor-core path."""
     if precision == "fast":
         return True
-    if fh.n_connections_ > MAX_INTEGER_CONNECTIONS:
+    if fh.n_connections_ > MAX_INTEGER_CONNECTIONS or integer_input is False:
         return False
     return precision == "integer" or not _int_check_flag(Xb)
 

@@ -489,7 +489,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             Xb = to_device(Xb.toarray() if dense_first else Xb, self.device_)
             if self.normalize:
                 Xb = eng.row_normalize(Xb)
-            yield start, self.hasher_._winners(Xb, precision=precision)
+            # normalised rows are centred and scaled: not integer-valued, so the GPU need not look
+            integer_input = False if self.normalize else None
+            yield start, self.hasher_._winners(Xb, precision=precision, integer_input=integer_input)
             if bar is not None and self.verbose:
                 synchronize(self.device_)
                 bar.update(rows=Xb.shape[0])
