@@ -99,18 +99,13 @@ class DeviceMixin:
             or (isinstance(value, (list, tuple)) and all(isinstance(v, np.ndarray) for v in value))
         ):
             return value  # already where it is needed: no cache entry (predict leaves __dict__ alone)
-        cache = self.__dict__.setdefault("_device_cache", {})
-        hit = cache.get((name, device))
-        if hit is not None and hit[0] is value:
-            return hit[1]
-        moved = device_state(value, device) if device == "cuda" else host_state(value)
-        cache[(name, device)] = (value, moved)
-        return moved
+        move = (lambda v: device_state(v, device)) if device == "cuda" else host_state
+        return self._derived((name, device), value, move)
 
     def _derived(self, key, source, build):
         """``build(source)``, computed once and cached until ``source`` is replaced.
 
-        For arrays an engine derives from fitted state (the projection by columns,
+        For arrays derived from fitted state (a device copy, the projection by columns,
         its dense float16 copy on the GPU): kept in the transient ``_device_cache``
         (never pickled, dropped on refit), keyed by ``key`` and valid while the
         fitted attribute ``source`` is the same object.
