@@ -11,23 +11,16 @@ the chunk size (``SKNN_GPU_FLYHASH_CHUNK_MB``); bench_flyhash.py has the peers.
 from __future__ import annotations
 
 import numpy as np
+from _harness import time_gpu
 
 
-def _median_ms(cupy, fn, repeat=9):
-    fn()
-    cupy.cuda.Device().synchronize()
-    times = []
-    for _ in range(repeat):
-        start, stop = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, stop))
-    return float(np.median(times))
+def _ms(fn):
+    return time_gpu(fn, repeat=9, warmup=1) * 1e3
 
 
-def _shape_row(cupy, rng, n, d, m, s, k):
+def _shape_row(rng, n, d, m, s, k):
+    import cupy
+
     from sknn_gpu.fly import FlyHashTransformer
     from sknn_gpu.fly import _flyhash_cuda as engine
 
@@ -35,10 +28,10 @@ def _shape_row(cupy, rng, n, d, m, s, k):
     Xf = cupy.asarray(rng.random((n, d), dtype=np.float32))
     fh = FlyHashTransformer(n_components=m, n_connections=s, k=k, output="packed", random_state=0)
     fh.set_params(device="cuda").fit(Xf)
-    t_int = _median_ms(cupy, lambda: engine.words(fh, Xi, "exact"))
-    t_fast = _median_ms(cupy, lambda: engine.words(fh, Xf, "exact", precision="fast"))
+    t_int = _ms(lambda: engine.words(fh, Xi, "exact"))
+    t_fast = _ms(lambda: engine.words(fh, Xf, "exact", precision="fast"))
     fh.set_params(precision="fast")
-    t_call = _median_ms(cupy, lambda: fh.transform(Xf))
+    t_call = _ms(lambda: fh.transform(Xf))
     return f"| {n:,}×{d:,} → {m:,}, k {k:,} | {t_int:.2f} ms | {t_fast:.2f} ms | {t_call:.2f} ms |"
 
 
@@ -49,7 +42,7 @@ def main():
     print("| shape | pixels, 'exact' (words) | float, 'fast' (words) | float, 'fast' (transform) |")
     print("|---|---|---|---|")
     for shape in [(60000, 784, 25088, 39, 1254), (50000, 3072, 98304, 153, 4915)]:
-        print(_shape_row(cupy, rng, *shape), flush=True)
+        print(_shape_row(rng, *shape), flush=True)
         cupy.get_default_memory_pool().free_all_blocks()
 
 
