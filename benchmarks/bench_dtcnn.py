@@ -135,10 +135,11 @@ def quality(img, out):
 def sweeps_only(ht, dimg):
     """A callable running only the GPU sweeps (``_dtcnn_cuda._sweeps``) on a prepared state."""
     net = dtc.prepare(dimg[None], ht.templates_, int(ht.levels), ht.boundary, None)
-    first = ht._first_spacing()
+    first, later = ht._spacings()
 
     def run():
-        return dtc._sweeps(net.Z.copy(), net.b, net.A_dev, net.gain, net.a_c, ht.max_iter, net.defines, first)
+        Z = net.Z.copy()
+        return dtc._sweeps(Z, net.b, net.A_dev, net.gain, net.a_c, ht.max_iter, net.defines, first, later)
 
     return run
 

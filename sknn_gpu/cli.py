@@ -288,11 +288,12 @@ def _cmd_halftone(args):
     from .halftone._templates import default_radius
 
     radius = args.radius if args.radius is not None else default_radius(args.sigma)
-    if args.first_sweep_spacing is not None and args.first_sweep_spacing < radius + 1:
-        raise UsageError(
-            f"--first-sweep-spacing {args.first_sweep_spacing} must be at least radius + 1 = {radius + 1} "
-            "(or 'none')"
-        )
+    for flag, value in (
+        ("--first-sweep-spacing", args.first_sweep_spacing),
+        ("--class-spacing", args.class_spacing),
+    ):
+        if value is not None and value < radius + 1:
+            raise UsageError(f"{flag} {value} must be at least radius + 1 = {radius + 1} (or 'none')")
     Image = _pillow()
     src, dst = Path(args.input), Path(args.output)
     fmt = _check_output_path(dst, Image)
@@ -313,6 +314,7 @@ def _cmd_halftone(args):
             max_iter=args.max_iter,
             init=args.init,
             first_sweep_spacing=args.first_sweep_spacing,
+            class_spacing=args.class_spacing,
             channel_axis=None if channels == 1 else -1,
             # progress (sweeps of a grey image, channels of a colour one) on a terminal only
             verbose=1 if _stderr_is_terminal() else 0,
@@ -418,6 +420,13 @@ def build_parser():
         type=_spacing,
         default=30,
         help="colour-class spacing of the first sweep, 2..64 and at least radius + 1, or 'none'",
+    )
+    p_ht.add_argument(
+        "--class-spacing",
+        type=_spacing,
+        default=None,
+        help="colour-class spacing of the other sweeps, 2..64 and at least radius + 1 "
+        "(default 'none': radius + 1; 3 with --radius 1 is the paper's 9 classes)",
     )
     p_ht.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     p_ht.set_defaults(func=_cmd_halftone)

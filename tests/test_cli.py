@@ -74,6 +74,8 @@ def test_version(capsys):
         ("--max-iter", "0", "--max-iter: must be an integer of at least 1, got '0'"),
         ("--first-sweep-spacing", "1", "--first-sweep-spacing: must be an integer from 2 to 64"),
         ("--first-sweep-spacing", "3", "--first-sweep-spacing 3 must be at least radius + 1 = 5"),
+        ("--class-spacing", "65", "--class-spacing: must be an integer from 2 to 64"),
+        ("--class-spacing", "4", "--class-spacing 4 must be at least radius + 1 = 5"),
         ("--device", "gpu", "invalid choice: 'gpu'"),
     ],
 )
@@ -89,6 +91,16 @@ def test_parameter_errors_are_one_line_usage_errors(
 def test_first_sweep_spacing_none_is_accepted(png, tmp_path, capsys):
     status, out, _ = run(["halftone", png, tmp_path / "o.png", "--first-sweep-spacing", "none"], capsys)
     assert status == 0 and "converged" in out
+
+
+def test_paper_class_layout_from_the_command_line(png, tmp_path, capsys):
+    dst = tmp_path / "o.png"
+    argv = ["halftone", png, dst, "--radius", "1", "--class-spacing", "3", "--first-sweep-spacing", "none"]
+    status, out, _ = run(argv + ["--device", "cpu"], capsys)
+    assert status == 0 and "converged" in out
+    img = np.asarray(Image.open(png).convert("L"))
+    want = DTCNNHalftoner(radius=1, class_spacing=3, first_sweep_spacing=None, device="cpu").fit_transform(img)
+    np.testing.assert_array_equal(np.asarray(Image.open(dst).convert("L")), want)
 
 
 def test_missing_command_and_unknown_option_are_one_line(capsys):

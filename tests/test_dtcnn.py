@@ -362,6 +362,10 @@ def test_bad_templates_and_types_raise_clear_errors(rng):
         DTCNNHalftoner(levels=1, device="cpu").fit(img)
     with pytest.raises(ValueError, match="first_sweep_spacing"):
         DTCNNHalftoner(radius=7, first_sweep_spacing=5, device="cpu").fit(img)
+    with pytest.raises(ValueError, match="class_spacing=4 is below radius \\+ 1 = 5"):
+        DTCNNHalftoner(class_spacing=4, device="cpu").fit(img)  # radius None: 4 at sigma 1.2
+    with pytest.raises(ValueError, match="class_spacing"):
+        DTCNNHalftoner(class_spacing=65, device="cpu").fit(img)
 
 
 def test_wide_first_sweep_is_a_valid_schedule_and_helps(rng):
@@ -374,6 +378,43 @@ def test_wide_first_sweep_is_a_valid_schedule_and_helps(rng):
     assert fixed_point_violations(wide, img) == 0
     assert wide.energy_[-1] < narrow.energy_[-1]
     assert hvs_psnr(img, wide.transform(img)) > hvs_psnr(img, narrow.transform(img))
+
+
+def test_paper_class_layout_is_a_valid_schedule(rng):
+    # The paper's 3 x 3 template with its 9 colour classes (3 x 3 sub-images) in every
+    # sweep: another asynchronous update order, so its own fixed point, still a halftone
+    # of the image (energy never rises, mean tone kept).
+    img = photo_gray(128)
+    paper = DTCNNHalftoner(radius=1, class_spacing=3, first_sweep_spacing=None, device="cpu").fit(img)
+    compact = DTCNNHalftoner(radius=1, first_sweep_spacing=None, device="cpu").fit(img)
+    assert paper.converged_ and compact.converged_
+    assert np.all(np.diff(paper.energy_) <= 0)
+    assert fixed_point_violations(paper, img) == 0
+    out = paper.transform(img)
+    assert not np.array_equal(out, compact.transform(img))  # 9 classes, not 4: another order
+    assert abs(out.mean() - img.mean()) < 8.0  # radius 1 darkens/lightens ~5/255 in every layout
+    # each update sees more already-decided neighbours than with 4 classes (as the wide
+    # first sweep does): 25.9 vs 23.1 dB on this photo
+    assert hvs_psnr(img, out) > hvs_psnr(img, compact.transform(img)) + 1.0
+    # the first sweep follows class_spacing when first_sweep_spacing is None
+    same = DTCNNHalftoner(radius=1, class_spacing=3, first_sweep_spacing=3, device="cpu").fit(img)
+    np.testing.assert_array_equal(same.transform(img), out)
+    # class_spacing=None and class_spacing=radius + 1 are one schedule
+    np.testing.assert_array_equal(
+        DTCNNHalftoner(radius=1, class_spacing=2, device="cpu").fit_transform(img),
+        DTCNNHalftoner(radius=1, device="cpu").fit_transform(img),
+    )
+
+
+def test_gpu_paper_schedule_plans():
+    # the launches of one sweep in the paper's variants, and when a schedule falls back
+    assert dtc._paper_steps("paper_xy", 1, 3) == [(0, 2), (2, 3)]  # the paper's 4 + 3 lines
+    assert dtc._paper_steps("paper_x", 1, 3) == [(0, 1), (1, 2), (2, 3)]
+    assert dtc._paper_steps("paper_xy", 4, 5) == [(c, c + 1) for c in range(5)]
+    assert dtc._paper_steps("paper_xy", 2, 5) == [(0, 3), (3, 5)]
+    assert dtc._paper_layout(256, 1, 3, 0, 2, 1) == 2 * 4 * 258
+    assert dtc._tiles_fit(16, 17) and not dtc._tiles_fit(16, 33)
+    assert dtc._defines(16, 2, (1, 64, 64), 33)["PER"] == 33
 
 
 def test_oversize_work_is_refused_before_allocating(rng, monkeypatch):
@@ -473,12 +514,22 @@ def test_verbose_2_reports_per_sweep_and_per_group_with_the_same_bits(caplog, mo
         np.testing.assert_array_equal(single, expected[1])
 
 
+#: Every GPU schedule; "paper_x:2" is paper_x with PAPER_BLOCK_SIZE 2.
+SCHEDULES = ["rows", "fused", "per_class", "paper_global", "paper_x", "paper_x:2", "paper_xy", "paper_xy:3"]
+
+
+def _set_schedule(monkeypatch, schedule):
+    name, _, bs = schedule.partition(":")
+    monkeypatch.setattr(dtc, "GPU_SCHEDULE", name)
+    monkeypatch.setattr(dtc, "PAPER_BLOCK_SIZE", int(bs or 1))
+
+
 @pytest.mark.cuda
-@pytest.mark.parametrize("schedule", ["rows", "fused", "per_class"])
+@pytest.mark.parametrize("schedule", ["rows", "fused", "per_class", "paper_xy:2"])
 @pytest.mark.parametrize("block", [1, 3])
 def test_gpu_reports_blocks_of_sweeps_with_the_same_bits(caplog, monkeypatch, schedule, block, rng):
     """verbose on one image: the GPU runs its sweeps in launches of PROGRESS_SWEEPS; same bits."""
-    monkeypatch.setattr(dtc, "GPU_SCHEDULE", schedule)
+    _set_schedule(monkeypatch, schedule)
     monkeypatch.setattr(dtc, "PROGRESS_SWEEPS", block)
     img = smooth_image(rng, (57, 61))
     for params in (dict(), dict(first_sweep_spacing=None, levels=3), dict(max_iter=2)):
@@ -663,14 +714,18 @@ CASES = [
     dict(first_sweep_spacing=9, levels=3, radius=4, init="bayer"),
     dict(first_sweep_spacing=None, max_iter=1),
     dict(max_iter=1),
+    dict(radius=1, class_spacing=3, first_sweep_spacing=None),  # the paper's 9 classes
+    dict(radius=2, class_spacing=5, levels=3, init="bayer"),
+    dict(radius=3, class_spacing=6, first_sweep_spacing=11),
+    dict(radius=16, class_spacing=33, first_sweep_spacing=None, max_iter=3),  # no tile fits
 ]
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("schedule", ["rows", "fused", "per_class"])
+@pytest.mark.parametrize("schedule", SCHEDULES)
 @pytest.mark.parametrize("params", CASES, ids=[str(i) for i in range(len(CASES))])
 def test_cpu_and_gpu_are_bit_identical(params, schedule, rng, monkeypatch):
-    monkeypatch.setattr(dtc, "GPU_SCHEDULE", schedule)
+    _set_schedule(monkeypatch, schedule)
     batch = np.stack([smooth_image(rng, (45, 67)) for _ in range(3)])
     cpu = DTCNNHalftoner(device="cpu", **params).fit(batch)
     gpu = DTCNNHalftoner(device="cuda", **params).fit(batch)
@@ -683,6 +738,20 @@ def test_cpu_and_gpu_are_bit_identical(params, schedule, rng, monkeypatch):
         np.testing.assert_array_equal(cpu.back_flips_, gpu.back_flips_)
     else:
         assert cpu.back_flips_ is None and gpu.back_flips_ is None
+
+
+@pytest.mark.cuda
+def test_gpu_falls_back_to_the_global_schedule_where_nothing_fits(rng, monkeypatch):
+    # rows too wide for the row kernel and tiles too big for shared memory (radius 16,
+    # 33 classes a side): 'auto' runs the paper's global-memory variant, same bits
+    monkeypatch.setattr(dtc, "_ROWS_SMEM_MAX", 1024)
+    img = smooth_image(rng, (70, 90))
+    assert dtc._schedule(1, 70, 90, 16, 33, 1) == "paper_global"
+    params = dict(radius=16, class_spacing=33, levels=3, max_iter=4)
+    cpu = DTCNNHalftoner(device="cpu", **params).fit(img)
+    gpu = DTCNNHalftoner(device="cuda", **params).fit(img)
+    np.testing.assert_array_equal(cpu.transform(img), gpu.transform(img))
+    np.testing.assert_array_equal(cpu.flips_, gpu.flips_)
 
 
 @pytest.mark.cuda

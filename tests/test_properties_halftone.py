@@ -147,14 +147,16 @@ def test_stack_round_trip_is_the_identity(data):
     radius=st.integers(1, 3),
     sigma=st.floats(0.5, 2.0),
     spacing=st.sampled_from([None, 4, 7]),
+    classes=st.sampled_from([None, 4, 7]),
 )
-def test_async_energy_never_increases(img, levels, init, radius, sigma, spacing):
+def test_async_energy_never_increases(img, levels, init, radius, sigma, spacing, classes):
     ht = DTCNNHalftoner(
         levels=levels,
         init=init,
         radius=radius,
         sigma=sigma,
         first_sweep_spacing=spacing if spacing is None or spacing > radius else None,
+        class_spacing=classes if classes is None or classes > radius else None,
         max_iter=50,
         random_state=1,
         device="cpu",
@@ -211,9 +213,10 @@ def _naive(img, ht, max_iter, init):
     else:  # 'threshold': the level of U rounded half up
         Z = [[levels[min((64 * (m - 1) * u + 32768) >> 16, m - 1)] for u in row] for row in U]
     flips = []
-    first = ht._first_spacing()
+    first = ht.first_sweep_spacing
+    later = ht.class_spacing or r + 1
     for s in range(max_iter):
-        p = first if (s == 0 and first) else r + 1
+        p = first if (s == 0 and first) else later
         f = 0
         for ci in range(p):
             for cj in range(p):
@@ -242,13 +245,21 @@ _TIES = st.sampled_from([0.25, 0.5, 0.75])
     levels=st.integers(2, 4),
     radius=st.integers(1, 2),
     spacing=st.sampled_from([None, 4]),
+    classes=st.sampled_from([None, 3, 5]),
     template=st.sampled_from(["gaussian", "custom", "identity"]),
     init=st.sampled_from(["input", "threshold"]),
 )
-def test_numpy_engine_equals_a_naive_cell_by_cell_run(img, levels, radius, spacing, template, init):
+def test_numpy_engine_equals_a_naive_cell_by_cell_run(img, levels, radius, spacing, classes, template, init):
     from sknn_gpu.halftone._templates import gaussian_q
 
-    params = dict(levels=levels, max_iter=20, first_sweep_spacing=spacing, init=init, device="cpu")
+    params = dict(
+        levels=levels,
+        max_iter=20,
+        first_sweep_spacing=spacing,
+        class_spacing=classes,
+        init=init,
+        device="cpu",
+    )
     if template == "gaussian":
         params.update(radius=radius)
     else:

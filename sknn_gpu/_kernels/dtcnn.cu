@@ -4,8 +4,11 @@
 //   Z  (int16)  cell outputs, level k held as 512 * (2k - (LEVELS - 1))
 //   b  (int32)  B*u + T, computed once per image with a reflect-padded input
 //   A  (int32)  feedback template, zero outside the image
-// Compile-time defines (load_module(..., RAD=, LEVELS=, TX=, TY=)):
-//   RAD     template radius r; colour classes are spaced PER = r + 1 apart
+// Compile-time defines (load_module(..., RAD=, LEVELS=, PER=, TX=, TY=)):
+//   RAD     template radius r
+//   PER     spacing of the colour classes of the sweeps (after a wide first sweep):
+//           r + 1 by default (the fewest classes), up to 2 r + 1 (the paper's 3 x 3
+//           sub-images of a 3 x 3 template: 9 classes)
 //   LEVELS  number of output levels m
 //   TX, TY  colour-class cells per block in x and y (TX a multiple of 32)
 #ifndef RAD
@@ -20,7 +23,9 @@
 #ifndef TY
 #define TY 4
 #endif
+#ifndef PER
 #define PER (RAD + 1)
+#endif
 #define KW (2 * RAD + 1)
 #define SH_W ((TX - 1) * PER + KW)
 #define SH_H ((TY - 1) * PER + KW)
@@ -604,6 +609,132 @@ async_rows(short* __restrict__ Z, const int* __restrict__ b, const int* __restri
         }
         if (!sweep_changed(tid, totals, s, s_go)) break;  // same value in every block
     }
+}
+
+// ---------------------------------------------------------------------------------
+// The paper's own GPU variants (Tanaka & Tanji, Sect. 3), as schedules of this engine:
+// same class order, hence the same bits as every schedule above.
+//
+// paper_global_pass: "no shared memory" (their Fig. 3): one launch per colour class,
+// one thread per cell, every tap read from global memory.
+//
+// paper_rows_step: shared memory "along x" (Fig. 4) and "along x and y" (Fig. 5).
+// The image is cut into groups of PER rows; class row ci is row ci of every group.
+// One launch runs the class rows [c0, c1) of every group: a block stages the lines
+// its groups read (bs groups per block, the paper's "block size") in shared memory,
+// runs the classes (ci, cj) of those rows in raster order with a block barrier after
+// each, writes changed cells straight back and counts them. Along x: one class row per
+// launch (PER launches a sweep; the paper reads the 3 lines of its 3 x 3 template).
+// Along x and y: PER - RAD class rows per launch: a row of class row ci in [c0, c1)
+// reads rows of the neighbouring groups of class rows outside [c0, c1) only when
+// c1 - c0 <= PER - RAD, so no block reads what another one writes in the same launch,
+// and every row it reads is in the state the sequential class order gives it (2
+// launches a sweep for the paper's 3 x 3 template with 9 classes: 4 then 3 lines).
+// ---------------------------------------------------------------------------------
+#define PG_THREADS 256
+
+extern "C" __global__ void __launch_bounds__(PG_THREADS)
+paper_global_pass(short* __restrict__ Z, const int* __restrict__ b, const int* __restrict__ A,
+                  const int H, const int W, const int ci, const int cj, const long long gain,
+                  const int a_c, int* __restrict__ flips, u64* __restrict__ de2,
+                  int* __restrict__ totals, const int sweep, const int max_iter)
+{
+    __shared__ int s_f[PG_THREADS / 32];
+    __shared__ i64 s_d[PG_THREADS / 32];
+    const int n = blockIdx.y;
+    if (sweep > 0 && flips[n * max_iter + sweep - 1] == 0) return;  // uniform per block
+    const int nr = (H - ci + PER - 1) / PER;
+    const int nc = (W - cj + PER - 1) / PER;
+    const int cell = blockIdx.x * PG_THREADS + threadIdx.x;
+    short* Zn = Z + (size_t)n * H * W;
+    int my_f = 0;
+    i64 my_d = 0;
+    if (cell < nr * nc) {
+        const int a = cell / nc;
+        const int py = ci + a * PER;
+        const int px = cj + (cell - a * nc) * PER;
+        int acc = 0;
+        for (int dy = 0; dy < KW; ++dy) {
+            const int y = py + dy - RAD;
+            if (y < 0 || y >= H) continue;
+            for (int dx = 0; dx < KW; ++dx) {
+                const int xx = px + dx - RAD;
+                if (xx >= 0 && xx < W) acc += __ldg(A + dy * KW + dx) * (int)Zn[(size_t)y * W + xx];
+            }
+        }
+        const int zcur = Zn[(size_t)py * W + px];
+        const i64 x = (i64)acc + (i64)__ldg(b + (size_t)n * H * W + (size_t)py * W + px);
+        const int znew = decide(x, zcur, gain);
+        if (znew != zcur) {
+            Zn[(size_t)py * W + px] = (short)znew;
+            count_flip(x, zcur, znew, gain, a_c, my_f, my_d);
+        }
+    }
+    commit_counts<PG_THREADS / 32, true>(my_f, my_d, threadIdx.x, flips + n * max_iter + sweep,
+                                         de2 + n * max_iter + sweep, totals + sweep, s_f, s_d);
+}
+
+// Grid (ceil(groups / bs), N), PG_THREADS threads; dynamic shared memory
+// 2 * ((bs - 1) PER + (c1 - c0) + 2 RAD) * (W + 2 RAD) bytes.
+extern "C" __global__ void __launch_bounds__(PG_THREADS)
+paper_rows_step(short* __restrict__ Z, const int* __restrict__ b, const int* __restrict__ A,
+                const int H, const int W, const int c0, const int c1, const int bs,
+                const long long gain, const int a_c, int* __restrict__ flips,
+                u64* __restrict__ de2, int* __restrict__ totals, const int sweep,
+                const int max_iter)
+{
+    extern __shared__ short lines[];  // [L][W + 2 RAD], zero outside the image
+    __shared__ int sA[KW * KW];
+    __shared__ int s_f[PG_THREADS / 32];
+    __shared__ i64 s_d[PG_THREADS / 32];
+    const int n = blockIdx.y;
+    if (sweep > 0 && flips[n * max_iter + sweep - 1] == 0) return;  // uniform per block
+    const int tid = threadIdx.x;
+    for (int t = tid; t < KW * KW; t += PG_THREADS) sA[t] = A[t];
+    const int g0 = blockIdx.x * bs;
+    const int y_lo = g0 * PER + c0 - RAD;  // image row of line 0
+    const int L = (bs - 1) * PER + (c1 - c0) + 2 * RAD;
+    const int LW = W + 2 * RAD;
+    short* Zn = Z + (size_t)n * H * W;
+    const int* bn = b + (size_t)n * H * W;
+    for (int idx = tid; idx < L * LW; idx += PG_THREADS) {
+        const int yy = y_lo + idx / LW;
+        const int px = idx % LW - RAD;
+        lines[idx] = (yy >= 0 && yy < H && px >= 0 && px < W) ? Zn[(size_t)yy * W + px] : (short)0;
+    }
+    __syncthreads();
+    int my_f = 0;
+    i64 my_d = 0;
+    for (int ci = c0; ci < c1; ++ci) {
+        for (int cj = 0; cj < PER; ++cj) {
+            const int nc = (W - cj + PER - 1) / PER;
+            for (int t = tid; t < bs * nc; t += PG_THREADS) {
+                const int gi = t / nc;
+                const int y = (g0 + gi) * PER + ci;
+                if (y >= H) continue;
+                const int x = cj + (t - gi * nc) * PER;
+                const short* win = lines + (y - y_lo - RAD) * LW + x;  // window's top-left
+                int acc = 0;
+#pragma unroll 1
+                for (int dy = 0; dy < KW; ++dy) {
+#pragma unroll
+                    for (int dx = 0; dx < KW; ++dx) acc += sA[dy * KW + dx] * (int)win[dy * LW + dx];
+                }
+                short* centre = lines + (y - y_lo) * LW + x + RAD;
+                const int zcur = *centre;
+                const i64 xv = (i64)acc + (i64)__ldg(bn + (size_t)y * W + x);
+                const int znew = decide(xv, zcur, gain);
+                if (znew != zcur) {
+                    *centre = (short)znew;
+                    Zn[(size_t)y * W + x] = (short)znew;
+                    count_flip(xv, zcur, znew, gain, a_c, my_f, my_d);
+                }
+            }
+            __syncthreads();
+        }
+    }
+    commit_counts<PG_THREADS / 32, true>(my_f, my_d, tid, flips + n * max_iter + sweep,
+                                         de2 + n * max_iter + sweep, totals + sweep, s_f, s_d);
 }
 
 // ---------------------------------------------------------------------------------

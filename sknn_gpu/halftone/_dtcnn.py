@@ -152,6 +152,7 @@ def _run(
     bar=None,
     what="DTCNNHalftoner",
     device="cpu",
+    spacing=None,
 ):
     """Halftone a stack (n, H, W) with ``engine``; returns the output levels and diagnostics.
 
@@ -204,7 +205,9 @@ def _run(
             net = engine.prepare(stk[g], tm, m, boundary, thr_g)
             if want_energy:
                 e0[g] = engine.energy2(net, net.Z)
-            out_g, flips[g], de2[g] = engine.run_async(net, max_iter, first_spacing, out_dtype, per_sweep)
+            out_g, flips[g], de2[g] = engine.run_async(
+                net, max_iter, first_spacing, out_dtype, per_sweep, spacing=spacing
+            )
             del net
             if len(groups) == 1:
                 out = out_g
@@ -293,13 +296,23 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         border band of about ``r`` pixels (-2 dB HVS-PSNR on ``camera``).
     first_sweep_spacing : int or None, default=30
         Colour-class spacing of the first sweep (2..64, at least ``radius + 1``);
-        later sweeps use ``radius + 1``. The first sweep makes most of the
+        later sweeps use ``class_spacing``. The first sweep makes most of the
         halftone, and a wider spacing makes it closer to a sequential scan (each
         update sees more already-decided neighbours): 30 measured +1.7 to +2.4 dB
         HVS-PSNR over ``None`` (= ``radius + 1``) on four photos, for ``30**2``
         cheap passes (one warp per cell) instead of ``(radius + 1)**2``; 48 and 64
         add another 0.2-0.3 and 0.3-0.4 dB for 2.6x and 4.6x the passes of that
-        sweep.
+        sweep. None: the first sweep uses ``class_spacing`` like the others.
+    class_spacing : int or None, default=None
+        Colour-class spacing of the sweeps after the first (2..64, at least
+        ``radius + 1``): cells whose row and column indices agree modulo it form a
+        class, updated together. None: ``radius + 1``, the fewest classes
+        (``(radius + 1)**2``) that keep a class's cells out of each other's
+        neighbourhoods. ``2 * radius + 1`` gives the paper's layout: sub-images of the
+        template's size, 9 classes for a 3 x 3 template. With
+        ``radius=1, class_spacing=3, first_sweep_spacing=None`` every sweep updates
+        the paper's 9 classes (its faithful mode; see the user guide). Another
+        spacing is another (valid) asynchronous update order, so another halftone.
     A, B : array-like of shape (2r+1, 2r+1), default=None
         Feedback and control templates for ``template='custom'``. ``A`` must be
         symmetric about its centre. Ignored for 'gaussian'.
@@ -430,6 +443,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         "init": [StrOptions({"input", "threshold", "bayer", "random"})],
         "boundary": [StrOptions({"zero", "reflect"})],
         "first_sweep_spacing": [Interval(Integral, 2, 64, closed="both"), None],
+        "class_spacing": [Interval(Integral, 2, 64, closed="both"), None],
         "A": ["array-like", None],
         "B": ["array-like", None],
         "T": [Real],
@@ -452,6 +466,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         init: Literal["input", "threshold", "bayer", "random"] = "input",
         boundary: Literal["zero", "reflect"] = "zero",
         first_sweep_spacing: int | None = FIRST_SWEEP_SPACING,
+        class_spacing: int | None = None,
         A: ArrayLike | None = None,
         B: ArrayLike | None = None,
         T: float = 0.0,
@@ -470,6 +485,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         self.init = init
         self.boundary = boundary
         self.first_sweep_spacing = first_sweep_spacing
+        self.class_spacing = class_spacing
         self.A = A
         self.B = B
         self.T = T
@@ -485,18 +501,22 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         tags.requires_fit = True
         return tags
 
-    def _first_spacing(self):
-        """Colour-class spacing of sweep 0, or None when it is the usual r + 1."""
-        sp = self.first_sweep_spacing
+    def _spacings(self):
+        """``(first, later)`` colour-class spacings: sweep 0's (None when it equals the
+        others') and that of the other sweeps (None when it is the usual ``r + 1``)."""
         r = self.templates_["radius"]
-        if sp is None or sp == r + 1:
-            return None
-        if sp < r + 1:
-            raise ValueError(
-                f"first_sweep_spacing={sp} is below radius + 1 = {r + 1}: cells of one colour class "
-                "would see each other."
-            )
-        return int(sp)
+        for name in ("class_spacing", "first_sweep_spacing"):
+            sp = getattr(self, name)
+            if sp is not None and sp < r + 1:
+                raise ValueError(
+                    f"{name}={sp} is below radius + 1 = {r + 1}: cells of one colour class "
+                    "would see each other."
+                )
+        later = self.class_spacing if self.class_spacing not in (None, r + 1) else None
+        first = self.first_sweep_spacing
+        if first is None or first == (later or r + 1):
+            first = None
+        return (None if first is None else int(first)), (None if later is None else int(later))
 
     def _check_size(self, shape, dtype=np.float64, device=None, *, input_on_device=False, extra_host_bytes=0):
         """Refuse images that would not fit in memory, before anything large is allocated.
@@ -541,7 +561,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         return host, dev
 
     def _halftone(self, X, want_energy, random_state, what):
-        first_spacing = self._first_spacing()
+        first_spacing, spacing = self._spacings()
         X = check_image_array(X)
         lay = image_layout(X.shape, self.channel_axis)
         self._check_size(X.shape, X.dtype, self.device_, input_on_device=is_device_array(X))
@@ -574,6 +594,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
                 bar=bar if self.verbose else None,
                 what=name,
                 device=self.device_,
+                spacing=spacing,
             )
         except BaseException:
             bar.close()  # end the bar's line before the error is shown (as Progress.__exit__ does)

@@ -93,8 +93,11 @@ def _sparse_pass(Zp, b, A64, sel, ci, cj, p):
     return np.einsum("nijab,ab->nij", win, A64) + b[sel, ci::p, cj::p]
 
 
-def _sweeps(Z, b, A, gain, a_c, m, max_iter, first_spacing=None, progress=None):
+def _sweeps(Z, b, A, gain, a_c, m, max_iter, first_spacing=None, progress=None, spacing=None):
     """Colour-class sweeps until a sweep changes nothing; per-sweep flips and 2 dE (int64).
+
+    Sweep 0 uses ``first_spacing`` when given, every other sweep ``spacing`` (None:
+    ``r + 1``); the classes of a sweep run in raster order of ``(ci, cj)``.
 
     ``progress``, when given, is called with 1 after each sweep (the sweeps are a
     Python loop here, so reporting costs nothing).
@@ -115,7 +118,7 @@ def _sweeps(Z, b, A, gain, a_c, m, max_iter, first_spacing=None, progress=None):
                 break
         sel = slice(None) if active.size == n else active
         sparse = s == 0 and first_spacing is not None
-        p = first_spacing if sparse else r + 1
+        p = first_spacing if sparse else (spacing or r + 1)
         for ci in range(p):
             nr = len(range(ci, h, p))
             for cj in range(p):
@@ -144,7 +147,7 @@ def _sweeps(Z, b, A, gain, a_c, m, max_iter, first_spacing=None, progress=None):
     return Zp[:, r : r + h, r : r + w].astype(np.int16), flips, de2
 
 
-def run_async(net, max_iter, first_spacing, out_dtype, progress=None):
+def run_async(net, max_iter, first_spacing, out_dtype, progress=None, spacing=None):
     """Asynchronous (colour-class Gauss-Seidel) sweeps from ``net.Z``.
 
     Parameters
@@ -154,13 +157,16 @@ def run_async(net, max_iter, first_spacing, out_dtype, progress=None):
     max_iter : int
         Most sweeps.
     first_spacing : int or None
-        Colour-class spacing of sweep 0 (None: ``r + 1`` like the others).
+        Colour-class spacing of sweep 0 (None: ``spacing``, like the others).
     out_dtype : dtype
         Dtype of the returned output levels.
     progress : callable or None, default=None
         Called with the number of sweeps run, after each sweep (the CUDA engine:
         after each block of ``PROGRESS_SWEEPS`` sweeps, one launch each). None (the
         estimator's ``verbose=0``) keeps the CUDA engine at one launch for all sweeps.
+    spacing : int or None, default=None
+        Colour-class spacing of the other sweeps, ``r + 1`` .. (None: ``r + 1``, the
+        fewest classes; ``2 r + 1``: the paper's sub-images of the template's size).
 
     Returns
     -------
@@ -170,7 +176,9 @@ def run_async(net, max_iter, first_spacing, out_dtype, progress=None):
         Cells changed and exact ``2 dE`` per image and sweep (host; zero after the
         sweep that changed nothing).
     """
-    Z, flips, de2 = _sweeps(net.Z, net.b, net.A, net.gain, net.a_c, net.m, max_iter, first_spacing, progress)
+    Z, flips, de2 = _sweeps(
+        net.Z, net.b, net.A, net.gain, net.a_c, net.m, max_iter, first_spacing, progress, spacing
+    )
     return state_to_output(Z, net.m, out_dtype, np), flips, de2
 
 

@@ -13,7 +13,15 @@ from .._backend import device_limits, get_cupy, to_host
 from .._kernels import check_barrier_error, get_function
 from ._fixed_point import Network, initial_state, input_state, state_energy2, state_to_output
 
-__all__ = ["prepare", "energy2", "run_async", "run_sync", "GPU_SCHEDULE", "PROGRESS_SWEEPS"]
+__all__ = [
+    "prepare",
+    "energy2",
+    "run_async",
+    "run_sync",
+    "GPU_SCHEDULE",
+    "PAPER_BLOCK_SIZE",
+    "PROGRESS_SWEEPS",
+]
 
 #: How the GPU runs the asynchronous sweeps: "rows" (one persistent launch for all
 #: sweeps; the colour classes of one class row ci run as dependent steps along each
@@ -21,9 +29,24 @@ __all__ = ["prepare", "energy2", "run_async", "run_sync", "GPU_SCHEDULE", "PROGR
 #: instead of sp^2), "fused" (one persistent launch, a grid barrier after every
 #: colour class), "per_class" (one launch per colour class) or "auto" ("rows" when
 #: an image row fits the kernel's shared memory, W up to about 5000 at radius 4;
-#: otherwise fused when a class pass has at most 3000 tiles, else per_class). All
-#: give the same bits; the tests exercise each.
+#: otherwise fused when a class pass has at most 3000 tiles, else per_class; the
+#: paper's "global" when the class tiles do not fit in shared memory either). The
+#: paper's own variants (Tanaka & Tanji, Tables 1-2) are schedules too: "paper_global"
+#: (no shared memory, one launch per colour class), "paper_x" (shared memory along x,
+#: one launch per class row) and "paper_xy" (along x and y: PER - r class rows per
+#: launch, two launches a sweep for the 3x3 template with 9 classes), with
+#: :data:`PAPER_BLOCK_SIZE` groups of rows per thread block. All give the same bits;
+#: the tests exercise each.
 GPU_SCHEDULE = "auto"
+#: The paper's "block size" for "paper_x"/"paper_xy": groups of PER image rows that one
+#: thread block stages and updates together (1 or 2 in the paper's tables).
+PAPER_BLOCK_SIZE = 1
+#: Threads per block of the paper_* kernels (PG_THREADS in dtcnn.cu) and the largest
+#: dynamic shared memory a paper_rows_step block may ask for (else "auto" is used).
+_PAPER_THREADS = 256
+_PAPER_SMEM_MAX = 48 * 1024
+#: Static shared memory the tile kernels (async_class_pass, async_fused) may use.
+_TILE_SMEM_MAX = 46 * 1024
 
 #: Sweeps per launch when a ``progress`` callback is given (the estimator's ``verbose``
 #: on a single image): the sweeps then run in blocks of this many, one launch (and one
@@ -58,24 +81,39 @@ _LEVEL_KERNELS = {
 _TEMPLATE_CACHE = {}
 
 
-def _defines(r, m, shape=None):
+def _tile_bytes(r, p, ty):
+    """Static shared memory of the tile kernels: the tile of TY x 32 cells and its halo, and A."""
+    kw = 2 * r + 1
+    return 2 * (31 * p + kw) * ((ty - 1) * p + kw) + 4 * kw * kw
+
+
+def _defines(r, m, shape=None, spacing=None):
     """Kernel defines; TY (tile rows of cells) only changes the work split, never the result.
 
-    The largest TY whose shared-memory tile fits, unless that leaves fewer than two
-    tiles per SM of an H100-class GPU in a colour-class pass (small images): then TY=1
-    spreads the pass over more SMs.
+    ``spacing`` is the colour-class spacing PER of the sweeps (None: ``r + 1``). The
+    largest TY whose shared-memory tile fits, unless that leaves fewer than two tiles
+    per SM of an H100-class GPU in a colour-class pass (small images): then TY=1
+    spreads the pass over more SMs. When not even one tile row fits (wide spacing
+    at a large radius, see :func:`_tiles_fit`) the tile schedules are not used.
     """
+    p = int(spacing) if spacing else r + 1
     ty = 4 if r <= 8 else (2 if r <= 12 else 1)
+    while ty > 1 and _tile_bytes(r, p, ty) > _TILE_SMEM_MAX:
+        ty //= 2
     if shape is not None and ty > 1:
         n, h, w = shape
-        p = r + 1
         tiles = n * (((h + p - 1) // p + ty - 1) // ty) * (((w + p - 1) // p + 31) // 32)
         if tiles < 264:
             ty = 1
     # Row schedule: 2 columns per thread in the off-centre sums of rows up to 512
     # columns (all threads busy, shorter dependent chains), else 4 (fewer loads).
     cpt = 2 if shape is not None and shape[2] <= _ROWS_CPT2_MAX_WIDTH else 4
-    return {"RAD": r, "LEVELS": m, "TX": 32, "TY": ty, "CPT": cpt}
+    return {"RAD": r, "LEVELS": m, "PER": p, "TX": 32, "TY": ty, "CPT": cpt}
+
+
+def _tiles_fit(r, p):
+    """Whether the tile kernels' shared memory holds one tile row at radius r, spacing p."""
+    return _tile_bytes(r, p, 1) <= _TILE_SMEM_MAX
 
 
 def _device_template(T):
@@ -282,32 +320,98 @@ def _rows(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, 
     )
 
 
-def _schedule(n, h, w, r, tiles):
-    """The schedule GPU_SCHEDULE asks for, or the one 'auto' picks for this stack."""
+def _paper_layout(w, r, p, c0, c1, bs):
+    """Dynamic shared bytes of one ``paper_rows_step`` block (lines of W + 2r int16)."""
+    return 2 * ((bs - 1) * p + (c1 - c0) + 2 * r) * (w + 2 * r)
+
+
+def _paper_steps(kind, r, p):
+    """The launches of one sweep as class-row ranges [c0, c1): one class row each along x,
+    ``p - r`` at a time along x and y (see ``paper_rows_step`` in dtcnn.cu)."""
+    per = 1 if kind == "paper_x" else p - r
+    return [(c0, min(c0 + per, p)) for c0 in range(0, p, per)]
+
+
+def _schedule(n, h, w, r, p, tiles):
+    """The schedule GPU_SCHEDULE asks for, or the one 'auto' picks for this stack.
+
+    A schedule whose shared memory cannot hold this image's rows or tiles falls back
+    to 'auto' (the same bits either way).
+    """
     schedule = GPU_SCHEDULE
     if schedule == "rows" and not _rows_fit(w, r):
         schedule = "auto"  # rows too wide for the kernel's shared memory
+    if schedule in ("fused", "per_class") and not _tiles_fit(r, p):
+        schedule = "auto"
+    if schedule in ("paper_x", "paper_xy"):
+        bs = max(1, int(PAPER_BLOCK_SIZE))
+        steps = _paper_steps(schedule, r, p)
+        if max(_paper_layout(w, r, p, c0, c1, bs) for c0, c1 in steps) > _PAPER_SMEM_MAX:
+            schedule = "auto"
     if schedule == "auto":
         if _rows_fit(w, r):
             schedule = "rows"
+        elif not _tiles_fit(r, p):
+            schedule = "paper_global"  # no shared memory at all
         else:
             schedule = "fused" if n * tiles <= 3000 else "per_class"
     return schedule
 
 
-def _sweeps(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing=None):
-    """All asynchronous sweeps on the device; returns ``Z`` (updated in place) and the counters."""
+def _paper_sweeps(kind, Z, b, A_dev, gain, a_c, s0, max_iter, defines, flips, de2, totals):
+    """Sweeps ``s0 ..`` with the paper's variants, one launch per class or class-row range."""
+    n, h, w = Z.shape
+    r, p = defines["RAD"], defines["PER"]
+    common = (np.int64(gain), np.int32(a_c), flips, de2, totals)
+    bs = max(1, int(PAPER_BLOCK_SIZE))
+    if kind == "paper_global":
+        kern = get_function("dtcnn", "paper_global_pass", **defines)
+        launches = []
+        for ci in range(p):
+            for cj in range(p):
+                cells = ((h - ci + p - 1) // p) * ((w - cj + p - 1) // p)
+                if cells:
+                    grid = ((cells + _PAPER_THREADS - 1) // _PAPER_THREADS, n)
+                    launches.append((grid, (np.int32(ci), np.int32(cj)), 0))
+    else:
+        kern = get_function("dtcnn", "paper_rows_step", **defines)
+        groups = (h + p - 1) // p
+        grid = ((groups + bs - 1) // bs, n)
+        launches = [
+            (grid, (np.int32(c0), np.int32(c1), np.int32(bs)), _paper_layout(w, r, p, c0, c1, bs))
+            for c0, c1 in _paper_steps(kind, r, p)
+        ]
+    for s in range(s0, max_iter):
+        for grid, where, smem in launches:
+            kern(
+                grid,
+                (_PAPER_THREADS,),
+                (Z, b, A_dev, np.int32(h), np.int32(w)) + where + common + (np.int32(s), np.int32(max_iter)),
+                shared_mem=smem,
+            )
+        if int(totals[s].get()) == 0:
+            break
+
+
+def _sweeps(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing=None, spacing=None):
+    """All asynchronous sweeps on the device; returns ``Z`` (updated in place) and the counters.
+
+    ``spacing`` is the colour-class spacing of the sweeps after the first (None:
+    ``r + 1``); the kernels are compiled for it (define PER).
+    """
     cp = get_cupy()
     n, h, w = Z.shape
     r = defines["RAD"]
-    p = r + 1
+    p = int(spacing) if spacing else r + 1
+    if defines.get("PER") != p:
+        defines = _defines(r, defines["LEVELS"], Z.shape, p)
     tx, ty = defines["TX"], defines["TY"]
     tiles_x = ((w + p - 1) // p + tx - 1) // tx
     tiles_y = ((h + p - 1) // p + ty - 1) // ty
     counters = _counters(n, max_iter, cp)
     de2, flips, totals, bars, bar_err = _split_counters(counters, n, max_iter)
     common = (np.int64(gain), np.int32(a_c))
-    schedule = _schedule(n, h, w, r, tiles_x * tiles_y)
+    schedule = _schedule(n, h, w, r, p, tiles_x * tiles_y)
     if schedule == "rows":
         _rows(
             Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, totals, bars[0:1], bar_err
@@ -324,7 +428,7 @@ def _sweeps(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing=None):
             max_iter,
             defines,
             first_spacing,
-            schedule,
+            "fused" if schedule == "fused" else "per_class",
             flips,
             de2,
             totals,
@@ -334,6 +438,8 @@ def _sweeps(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing=None):
         s0 = 1
     if s0 >= max_iter:
         pass
+    elif schedule.startswith("paper_"):
+        _paper_sweeps(schedule, Z, b, A_dev, gain, a_c, s0, max_iter, defines, flips, de2, totals)
     elif schedule == "fused":
         kern = get_function("dtcnn", "async_fused", **defines)
         blocks = max(1, min(n * tiles_x * tiles_y, _persistent_blocks(kern, tx * ty)))
@@ -361,7 +467,7 @@ def _sweeps(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing=None):
     return Z, counters
 
 
-def run_async(net, max_iter, first_spacing, out_dtype, progress=None):
+def run_async(net, max_iter, first_spacing, out_dtype, progress=None, spacing=None):
     """Asynchronous sweeps on the GPU; same parameters and results as ``_dtcnn_cpu.run_async``.
 
     ``net.Z`` is updated in place. The output conversion is queued before the host
@@ -370,15 +476,17 @@ def run_async(net, max_iter, first_spacing, out_dtype, progress=None):
     """
     n = net.Z.shape[0]
     if progress is not None:
-        return _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress)
-    Z, counters = _sweeps(net.Z, net.b, net.A_dev, net.gain, net.a_c, max_iter, net.defines, first_spacing)
+        return _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress, spacing)
+    Z, counters = _sweeps(
+        net.Z, net.b, net.A_dev, net.gain, net.a_c, max_iter, net.defines, first_spacing, spacing
+    )
     out = _output(Z, net.m, out_dtype, net.defines)
     de2, flips, _, _, bar_err = _split_counters(to_host(counters), n, max_iter)
     check_barrier_error(bar_err, "DTCNNHalftoner")
     return out, flips.astype(np.int64), de2.view(np.int64).astype(np.int64)
 
 
-def _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress):
+def _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress, spacing=None):
     """:func:`run_async` in blocks of sweeps, calling ``progress(sweeps)`` after each.
 
     Same bits as one launch: a sweep depends only on the state ``Z``, which stays on
@@ -393,8 +501,8 @@ def _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress):
     s = 0
     while s < max_iter:
         k = min(max(1, int(PROGRESS_SWEEPS)), max_iter - s)
-        spacing = first_spacing if s == 0 else None
-        _, counters = _sweeps(net.Z, net.b, net.A_dev, net.gain, net.a_c, k, net.defines, spacing)
+        first = first_spacing if s == 0 else None
+        _, counters = _sweeps(net.Z, net.b, net.A_dev, net.gain, net.a_c, k, net.defines, first, spacing)
         d, f, _, _, bar_err = _split_counters(to_host(counters), n, k)
         check_barrier_error(bar_err, "DTCNNHalftoner")
         flips[:, s : s + k] = f
