@@ -11,6 +11,8 @@
 //           sub-images of a 3 x 3 template: 9 classes)
 //   LEVELS  number of output levels m
 //   TX, TY  colour-class cells per block in x and y (TX a multiple of 32)
+//   TILES   1: compile the tile kernels (async_class_pass, async_fused); 0 where even one
+//           tile row of TX cells and its halo would not fit in shared memory
 #ifndef RAD
 #define RAD 1
 #endif
@@ -22,6 +24,9 @@
 #endif
 #ifndef TY
 #define TY 4
+#endif
+#ifndef TILES
+#define TILES 1
 #endif
 #ifndef PER
 #define PER (RAD + 1)
@@ -183,6 +188,7 @@ __device__ __forceinline__ int sweep_changed(const int tid, const int* totals, c
     return go;
 }
 
+#if TILES  // the tile kernels, compiled only where their tile fits in shared memory
 // Update one tile (TY x TX cells of colour class (ci, cj)) of image n in place.
 // The tile plus its halo is staged in shared memory; Z is read with __ldcg so a
 // persistent kernel sees the other blocks' writes after a grid barrier.
@@ -312,6 +318,8 @@ async_fused(short* __restrict__ Z, const int* __restrict__ b, const int* __restr
         if (!sweep_changed(tid, totals, s, s_go)) break;  // same value in every block
     }
 }
+
+#endif  // TILES
 
 // One synchronous (Jacobi) step: every cell from the previous outputs at once.
 // Znew holds the outputs of two steps back on entry; changed[n] counts cells that

@@ -94,7 +94,8 @@ def _defines(r, m, shape=None, spacing=None):
     largest TY whose shared-memory tile fits, unless that leaves fewer than two tiles
     per SM of an H100-class GPU in a colour-class pass (small images): then TY=1
     spreads the pass over more SMs. When not even one tile row fits (wide spacing
-    at a large radius, see :func:`_tiles_fit`) the tile schedules are not used.
+    at a large radius, see :func:`_tiles_fit`) the tile kernels are left out of the
+    module (TILES=0) and the tile schedules are not used.
     """
     p = int(spacing) if spacing else r + 1
     ty = 4 if r <= 8 else (2 if r <= 12 else 1)
@@ -108,7 +109,7 @@ def _defines(r, m, shape=None, spacing=None):
     # Row schedule: 2 columns per thread in the off-centre sums of rows up to 512
     # columns (all threads busy, shorter dependent chains), else 4 (fewer loads).
     cpt = 2 if shape is not None and shape[2] <= _ROWS_CPT2_MAX_WIDTH else 4
-    return {"RAD": r, "LEVELS": m, "PER": p, "TX": 32, "TY": ty, "CPT": cpt}
+    return {"RAD": r, "LEVELS": m, "PER": p, "TX": 32, "TY": ty, "CPT": cpt, "TILES": int(_tiles_fit(r, p))}
 
 
 def _tiles_fit(r, p):
