@@ -79,39 +79,49 @@ __device__ __forceinline__ int decide(i64 x, int zcur, i64 gain)
 }
 
 // out[n, i, j] = offset + sum_{dy,dx} T[dy, dx] * V[n, i + dy - r, j + dx - r]
-// with V reflect-extended (reflect != 0) or zero outside the image.
-extern "C" __global__ void conv_int(const int* __restrict__ V, const int* __restrict__ T,
-                                    int* __restrict__ out, const int H, const int W,
-                                    const int reflect, const int offset)
+// with V reflect-extended (reflect != 0) or zero outside the image. Block (CONV_TX,
+// CONV_TY) of outputs; its input window with the halo is staged in shared memory once
+// (each value is read by up to KW^2 threads), then every thread sums its KW^2 taps there.
+// int32 sums, as before: the result does not depend on the staging.
+#define CONV_TX 32
+#define CONV_TY 8
+#define CONV_SW (CONV_TX + 2 * RAD)
+#define CONV_SH (CONV_TY + 2 * RAD)
+extern "C" __global__ void __launch_bounds__(CONV_TX * CONV_TY)
+conv_int(const int* __restrict__ V, const int* __restrict__ T, int* __restrict__ out, const int H,
+         const int W, const int reflect, const int offset)
 {
     __shared__ int sT[KW * KW];
-    const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-    for (int t = tid; t < KW * KW; t += blockDim.x * blockDim.y) sT[t] = T[t];
-    __syncthreads();
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    const int i = blockIdx.y * blockDim.y + threadIdx.y;
+    __shared__ int sV[CONV_SH][CONV_SW];
+    const int tid = threadIdx.y * CONV_TX + threadIdx.x;
+    for (int t = tid; t < KW * KW; t += CONV_TX * CONV_TY) sT[t] = T[t];
     const int n = blockIdx.z;
-    if (i >= H || j >= W) return;
     const int* Vn = V + (size_t)n * H * W;
-    int acc = offset;
-    for (int dy = 0; dy < KW; ++dy) {
-        int y = i + dy - RAD;
+    const int i0 = blockIdx.y * CONV_TY - RAD;
+    const int j0 = blockIdx.x * CONV_TX - RAD;
+    for (int t = tid; t < CONV_SH * CONV_SW; t += CONV_TX * CONV_TY) {
+        const int yy = t / CONV_SW;
+        int y = i0 + yy;
+        int x = j0 + (t - yy * CONV_SW);
+        int v = 0;
         if (reflect) {
-            y = reflect_index(y, H);
-        } else if (y < 0 || y >= H) {
-            continue;
+            v = __ldg(Vn + (size_t)reflect_index(y, H) * W + reflect_index(x, W));
+        } else if (y >= 0 && y < H && x >= 0 && x < W) {
+            v = __ldg(Vn + (size_t)y * W + x);
         }
-        for (int dx = 0; dx < KW; ++dx) {
-            const int w = sT[dy * KW + dx];
-            if (w == 0) continue;
-            int xx = j + dx - RAD;
-            if (reflect) {
-                xx = reflect_index(xx, W);
-            } else if (xx < 0 || xx >= W) {
-                continue;
-            }
-            acc += w * __ldg(Vn + (size_t)y * W + xx);
-        }
+        sV[yy][t - yy * CONV_SW] = v;
+    }
+    __syncthreads();
+    const int j = blockIdx.x * CONV_TX + threadIdx.x;
+    const int i = blockIdx.y * CONV_TY + threadIdx.y;
+    if (i >= H || j >= W) return;
+    int acc = offset;
+#pragma unroll 1
+    for (int dy = 0; dy < KW; ++dy) {
+        const int* row = &sV[threadIdx.y + dy][threadIdx.x];
+        const int* trow = sT + dy * KW;
+#pragma unroll
+        for (int dx = 0; dx < KW; ++dx) acc += trow[dx] * row[dx];
     }
     out[(size_t)n * H * W + (size_t)i * W + j] = acc;
 }
@@ -478,7 +488,9 @@ sparse_fused(short* __restrict__ Z, const int* __restrict__ b, const int* __rest
 #ifndef CPT
 #define CPT 4  // columns per thread in the off-centre sum (2 for narrow rows: more threads)
 #endif
-#define RLOAD 8
+#ifndef RLOAD
+#define RLOAD 8  // independent loads per thread in flight when staging the neighbour rows
+#endif
 
 // Update cell x of the block's row (one colour class step); S and the row in shared memory.
 __device__ __forceinline__ void row_cell(const int x, const int* ca, short* row, const int* S,
