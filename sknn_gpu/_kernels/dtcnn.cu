@@ -198,6 +198,24 @@ __device__ __forceinline__ int sweep_changed(const int tid, const int* totals, c
     return go;
 }
 
+// sum of A * Z over the KW x KW window around (py, px), Z zero outside the image, read
+// through the read-only path: callers read no cell that their launch writes (sync_step
+// writes another buffer; a colour class never sees its own cells). A: shared or global.
+__device__ __forceinline__ int window_sum(const short* __restrict__ Zn, const int* A, const int H,
+                                          const int W, const int py, const int px)
+{
+    int acc = 0;
+    for (int dy = 0; dy < KW; ++dy) {
+        const int y = py + dy - RAD;
+        if (y < 0 || y >= H) continue;
+        for (int dx = 0; dx < KW; ++dx) {
+            const int xx = px + dx - RAD;
+            if (xx >= 0 && xx < W) acc += A[dy * KW + dx] * (int)__ldg(Zn + (size_t)y * W + xx);
+        }
+    }
+    return acc;
+}
+
 #if TILES  // the tile kernels, compiled only where their tile fits in shared memory
 // Update one tile (TY x TX cells of colour class (ci, cj)) of image n in place.
 // The tile plus its halo is staged in shared memory; Z is read with __ldcg so a
@@ -348,16 +366,7 @@ extern "C" __global__ void sync_step(const short* __restrict__ Zold, short* __re
     const int n = blockIdx.z;
     if (i >= H || j >= W) return;
     const short* Zn = Zold + (size_t)n * H * W;
-    int acc = 0;
-    for (int dy = 0; dy < KW; ++dy) {
-        const int y = i + dy - RAD;
-        if (y < 0 || y >= H) continue;
-        for (int dx = 0; dx < KW; ++dx) {
-            const int xx = j + dx - RAD;
-            if (xx < 0 || xx >= W) continue;
-            acc += sA[dy * KW + dx] * (int)__ldg(Zn + (size_t)y * W + xx);
-        }
-    }
+    const int acc = window_sum(Zn, sA, H, W, i, j);
     const size_t at = (size_t)n * H * W + (size_t)i * W + j;
     const int zcur = Zn[(size_t)i * W + j];
     const int znew = decide((i64)acc + (i64)b[at], zcur, gain);
@@ -673,15 +682,7 @@ paper_global_pass(short* __restrict__ Z, const int* __restrict__ b, const int* _
         const int a = cell / nc;
         const int py = ci + a * PER;
         const int px = cj + (cell - a * nc) * PER;
-        int acc = 0;
-        for (int dy = 0; dy < KW; ++dy) {
-            const int y = py + dy - RAD;
-            if (y < 0 || y >= H) continue;
-            for (int dx = 0; dx < KW; ++dx) {
-                const int xx = px + dx - RAD;
-                if (xx >= 0 && xx < W) acc += __ldg(A + dy * KW + dx) * (int)Zn[(size_t)y * W + xx];
-            }
-        }
+        const int acc = window_sum(Zn, A, H, W, py, px);
         const int zcur = Zn[(size_t)py * W + px];
         const i64 x = (i64)acc + (i64)__ldg(b + (size_t)n * H * W + (size_t)py * W + px);
         const int znew = decide(x, zcur, gain);
