@@ -27,7 +27,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 import time
 import warnings
@@ -336,7 +338,97 @@ def _capture(stream, body):
     return stream.end_capture()
 
 
-def _graph_replay(cupy, step, dX, n, block, check, repeat=3):
+#: cuBLAS enums (cublas_api.h): CUBLAS_OP_N, CUBLAS_POINTER_MODE_HOST.
+CUBLAS_OP_N = 0
+CUBLAS_POINTER_MODE_HOST = 0
+
+
+@functools.cache
+def _cublas_sgemv_v2():
+    """``cublasSgemv_v2`` of the libcublas CuPy has loaded, called through ctypes.
+
+    CuPy's wrappers cannot be captured: ``cupy.cublas.gemv`` *and* the low-level
+    ``cupy_backends.cuda.libs.cublas.sgemv`` both call ``setStream`` on every call, which
+    raises ``NotImplementedError`` while the current stream is capturing (CuPy >= 10).
+    The C function itself is capturable (cuBLAS supports CUDA graph capture). The library
+    is opened by the path it is mapped from in this process, so it is the very library
+    that created CuPy's handle; if it is not mapped, this raises instead of guessing
+    another copy (a handle of one copy used with another would crash, not raise).
+    """
+    import ctypes
+
+    import cupy
+
+    cupy.cuda.device.get_cublas_handle()  # loads libcublas and creates CuPy's handle
+    path = None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libcublas.so"):
+                path = fields[5].strip()
+                break
+    if path is None:
+        raise RuntimeError("libcublas.so is not among the libraries this process has loaded")
+    fn = ctypes.CDLL(path).cublasSgemv_v2
+    p, i = ctypes.c_void_p, ctypes.c_int
+    # handle, trans, m, n, alpha*, A*, lda, x*, incx, beta*, y*, incy
+    fn.argtypes = [p, i, i, i, p, p, i, p, i, p, p, i]
+    fn.restype = i
+    return fn
+
+
+def _cublas_gemv_t_direct(cupy):
+    """``gemv_t(A, x, out)``: out = Aᵀ x by cuBLAS's sgemv C call, usable during stream capture.
+
+    ``A`` is a C-order (k, N) float32 matrix: column-major it is an N x k matrix with
+    lda = N, so out (length N) = that matrix · x is sgemv with CUBLAS_OP_N, m = N, n = k,
+    lda = N -- exactly the call ``cupy.cublas.gemv("T", 1.0, A, x, 0.0, out)`` makes for a
+    C-contiguous ``A``, so the same cuBLAS kernel runs. It runs on the stream CuPy's
+    handle is set to and needs host pointer mode: call it inside ``_cublas_on_stream``.
+    alpha = 1 and beta = 0 are read through host pointers to float32 arrays kept alive
+    with the function (``gemv_t.scalars``).
+    """
+    sgemv = _cublas_sgemv_v2()
+    handle = cupy.cuda.device.get_cublas_handle()
+    one, zero = np.ones(1, np.float32), np.zeros(1, np.float32)
+    alpha, beta = one.ctypes.data, zero.ctypes.data
+
+    def gemv_t(A, x, out):
+        k, n = A.shape
+        if not (A.flags.c_contiguous and A.dtype == x.dtype == out.dtype == np.float32):
+            raise ValueError("need a C-contiguous float32 A and float32 x, out")
+        if x.shape != (k,) or out.shape != (n,) or x.strides[0] != 4 or out.strides[0] != 4:
+            raise ValueError(f"shapes {A.shape}, {x.shape}, {out.shape} (contiguous vectors) do not fit Aᵀx")
+        status = sgemv(handle, CUBLAS_OP_N, n, k, alpha, A.data.ptr, n, x.data.ptr, 1, beta, out.data.ptr, 1)
+        if status:
+            raise RuntimeError(f"cublasSgemv_v2 returned status {status}")
+
+    gemv_t.scalars = (one, zero)
+    return gemv_t
+
+
+@contextlib.contextmanager
+def _cublas_on_stream(stream):
+    """CuPy's cuBLAS handle on ``stream`` in host pointer mode; its stream and mode restored after.
+
+    Enter it before the capture begins (``setStream`` refuses a capturing stream) and
+    leave it after the capture has ended; later CuPy calls see the handle as before.
+    """
+    import cupy
+    from cupy_backends.cuda.libs import cublas
+
+    handle = cupy.cuda.device.get_cublas_handle()
+    old_stream, old_mode = cublas.getStream(handle), cublas.getPointerMode(handle)
+    cublas.setStream(handle, stream.ptr)
+    cublas.setPointerMode(handle, CUBLAS_POINTER_MODE_HOST)
+    try:
+        yield handle
+    finally:
+        cublas.setPointerMode(handle, old_mode)
+        cublas.setStream(handle, old_stream)
+
+
+def _graph_replay(cupy, step, dX, n, block, check, repeat=3, on_stream=None):
     """GPU seconds per sample of ``step(x)`` over the first ``n`` rows of ``dX``, replayed from a CUDA graph.
 
     The graph holds ``block`` samples one after another: ``step`` on each row of a fixed
@@ -347,6 +439,8 @@ def _graph_replay(cupy, step, dX, n, block, check, repeat=3):
     replays (the host issues one memcpy and one graph launch per block, far less than the
     GPU work of a block). Returns ``(seconds per sample, check(i))`` where ``i`` is the
     row of the last sample: ``check`` compares the output left by the last replay.
+    ``on_stream(stream)``, if given, is a context manager entered on the capture stream
+    before the warm-up and left after the last replay (``_cublas_on_stream``).
     """
     if not dX.flags.c_contiguous:
         raise ValueError("dX must be C-contiguous")
@@ -355,7 +449,7 @@ def _graph_replay(cupy, step, dX, n, block, check, repeat=3):
         raise ValueError(f"need at least {block} samples, got {n}")
     nbytes = block * dX.shape[1] * dX.itemsize
     stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
+    with stream, (on_stream or (lambda _: contextlib.nullcontext()))(stream):
         xbuf = cupy.empty((block, dX.shape[1]), dtype=dX.dtype)
         dst = xbuf.data
         srcs = [dX[j * block : (j + 1) * block].data for j in range(nb)]
@@ -388,7 +482,7 @@ def _graph_replay(cupy, step, dX, n, block, check, repeat=3):
             e1.synchronize()
             times.append(cupy.cuda.get_elapsed_time(e0, e1) / 1e3 / (nb * block))
         result = check(nb * block - 1)
-    stream.synchronize()
+        stream.synchronize()
     return float(np.median(times)), result
 
 
@@ -399,7 +493,11 @@ def _fig3_right_gpu(W1, b1, W2, b2, X, n_fwd, sub_f, n_host, n_graph, block):
     per path, seconds per sample of the synchronised loop (``loop``), of issuing it
     without waiting for the GPU (``host``), of each call alone (``parts``), and the GPU
     time of the forward pass and of the two gemv alone replayed from a CUDA graph
-    (``graph``, ``graph_gemv``; ``*_fail`` says why one is missing).
+    (``graph``, ``graph_gemv``; ``*_fail`` says why one is missing). CuPy refuses cuBLAS
+    calls while a stream is capturing, so cuBLAS's graph is captured from the same sgemv
+    called through its C API (``_cublas_gemv_t_direct``: the arguments ``cupy.cublas.gemv``
+    passes, so the same kernel), checked against NumPy uncaptured first; the call loop
+    and the host profile keep ``cupy.cublas.gemv``, what a user's Python loop calls.
     """
     import cupy
 
@@ -448,7 +546,28 @@ def _fig3_right_gpu(W1, b1, W2, b2, X, n_fwd, sub_f, n_host, n_graph, block):
         xs = [dX[i] for i in range(n_host)]
         p["parts"] = tuple(_host_issue(c, xs, sync, HOST_CHUNK) / n_host for c in calls)
         # (b) the GPU alone: the same launches replayed from a CUDA graph
-        for gkey, steps, act in (("graph", calls, True), ("graph_gemv", (calls[0], calls[2]), False)):
+        gcalls, on_stream = calls, None
+        if fn is cub_gemv:  # cuBLAS's sgemv through its C API (CuPy's wrappers refuse capture)
+            try:
+                direct = _cublas_gemv_t_direct(cupy)
+                with _cublas_on_stream(cupy.cuda.get_current_stream()):
+                    direct(dW1, dX[0], h)
+                    direct(dW2, h, o)
+                err, ok = _max_err(o.get(), _forward_ref(W1, b1, W2, b2, X[0], act=False))
+                if not ok:
+                    raise RuntimeError(
+                        f"direct cublasSgemv_v2 output differs from NumPy (max abs error {err:.2e})"
+                    )
+            except Exception as exc:  # report, never crash
+                msg = " ".join(f"{type(exc).__name__}: {exc}".split())
+                p["graph_fail"] = p["graph_gemv_fail"] = f"capture not tried: {msg[:200]}"
+                res["prof"][name] = p
+                continue
+            gcalls, on_stream = (
+                _calls(direct, dW1, db1, dW2, db2, h, o, _sigmoid_bias_kernel()),
+                _cublas_on_stream,
+            )
+        for gkey, steps, act in (("graph", gcalls, True), ("graph_gemv", (gcalls[0], gcalls[2]), False)):
 
             def step(x, steps=steps):
                 for c in steps:
@@ -458,7 +577,7 @@ def _fig3_right_gpu(W1, b1, W2, b2, X, n_fwd, sub_f, n_host, n_graph, block):
                 return _max_err(o.get(), _forward_ref(W1, b1, W2, b2, X[i], act=act))
 
             try:
-                t, (err, ok) = _graph_replay(cupy, step, dX, n_graph, block, check)
+                t, (err, ok) = _graph_replay(cupy, step, dX, n_graph, block, check, on_stream=on_stream)
             except Exception as exc:  # report, never crash: the lead decides what to change
                 msg = " ".join(f"{type(exc).__name__}: {exc}".split())
                 p[gkey + "_fail"] = f"capture failed: {msg[:200]}"
