@@ -735,6 +735,25 @@ def test_cpu_gpu_bit_identical(rule, gamma, rng):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("boe, prune", [(0, 1), (1, 0), (0, 0)])
+def test_gpu_tricks_switched_off_give_the_same_results(boe, prune, rng, monkeypatch):
+    # The Fig. 12 ablation times the kernel without BAIL-OUT-EARLY and without the pruning
+    # of inactive neurons; both are exact (Theorem 1, Lemma 1), so every output must match.
+    from sknn_gpu.memory import _gbnn_cuda
+
+    msgs = rng.integers(0, 64, size=(600, 8))
+    probes = _erase(msgs[:300], 4, rng)
+    for rule, gamma in (("sum-of-max", 1.0), ("sum-of-max", 0.0), ("joint", 1.0)):
+        cpu = GBNNMemory(device="cpu", rule=rule, gamma=gamma, random_state=3).fit(msgs).retrieve(probes)
+        monkeypatch.setattr(_gbnn_cuda, "TRICKS", {"GBNN_BOE": boe, "GBNN_PRUNE": prune})
+        gpu = GBNNMemory(device="cuda", rule=rule, gamma=gamma, random_state=3).fit(msgs)
+        got = gpu.set_params(output_type="numpy").retrieve(probes)
+        monkeypatch.undo()
+        for name in ("messages", "n_candidates", "n_iter", "converged"):
+            assert np.array_equal(getattr(cpu, name), getattr(got, name)), (rule, gamma, name)
+
+
+@pytest.mark.cuda
 @pytest.mark.parametrize("C, L", [(3, 3), (5, 33), (16, 512), (4, 1000)])
 def test_cpu_gpu_parity_odd_shapes(C, L, rng):
     msgs = rng.integers(0, L, size=(min(4 * L, 3000), C))

@@ -7,6 +7,11 @@
 //   CW       words per neuron row and per probe state, NC * LW
 //   NPLANES  bit planes of the sum-of-sum counters (bit length of (C-1)*L, >= 1)
 //   RULE     0 = sum-of-sum, 1 = sum-of-max, 2 = joint            (retrieval only)
+//   GBNN_BOE, GBNN_PRUNE  acceleration tricks, 1 = on (the default; 0 only for the
+//            ablation of the paper's Fig. 12, same results): BAIL-OUT-EARLY (stop a
+//            neuron's test at the first cluster without a signal, and a cluster's scan at
+//            the first word with one) and, in sum-of-max, testing only the active neurons
+//            (with gamma > 0 no inactive neuron can turn on, Lemma 1)
 //
 // Layout. Neuron (c, l) has flat index j = c*NL + l. W is uint32 [n_neurons][CW]:
 // word W[j][c2*LW + q] bit b is the edge between neuron j and neuron (c2, 32*q + b).
@@ -64,6 +69,13 @@ extern "C" __global__ void gbnn_popcount(const unsigned int* __restrict__ W, lon
     if ((threadIdx.x & 31) == 0 && s) atomicAdd(out, s);
 }
 
+#ifndef GBNN_BOE
+#define GBNN_BOE 1
+#endif
+#ifndef GBNN_PRUNE
+#define GBNN_PRUNE 1
+#endif
+
 #ifdef RULE
 
 // Tie-breaking hash (splitmix64 finalizer), the same integer steps as _tie_keys() in
@@ -103,6 +115,7 @@ __device__ __forceinline__ double gbnn_sos_score(const unsigned int* pl, unsigne
 __device__ __forceinline__ bool gbnn_boe(const unsigned int* __restrict__ row, const unsigned int* sv,
                                          int c_self, const int* sx, bool skip_known)
 {
+#if GBNN_BOE
     for (int c2 = 0; c2 < NC; ++c2) {
         if (c2 == c_self) continue;
         if (skip_known && sx[c2] >= 0) continue;
@@ -117,6 +130,20 @@ __device__ __forceinline__ bool gbnn_boe(const unsigned int* __restrict__ row, c
         if (!found) return false;
     }
     return true;
+#else
+    // eqs. 6-7 without the tricks: count the clusters giving a signal over every word of
+    // every cluster, then compare with the clusters tested
+    int signals = 0, tested = 0;
+    for (int c2 = 0; c2 < NC; ++c2) {
+        if (c2 == c_self) continue;
+        if (skip_known && sx[c2] >= 0) continue;
+        ++tested;
+        unsigned int any = 0u;
+        for (int q = 0; q < LW; ++q) any |= __ldg(row + c2 * LW + q) & sv[c2 * LW + q];
+        signals += any != 0u;
+    }
+    return signals == tested;
+#endif
 }
 
 // One sum-of-max update of word w: every candidate bit survives iff BAIL-OUT-EARLY passes.
@@ -414,8 +441,14 @@ extern "C" __global__ void GBNN_RETRIEVE_BOUNDS gbnn_retrieve(const unsigned int
             for (int w = tid; w < CW; w += GBNN_THREADS) {
                 // gamma > 0: only active neurons can stay on (Lemma 1); gamma == 0: eq. 7 lets any
                 // neuron with C-1 signals turn on.
+#if GBNN_PRUNE
                 unsigned int cand = gamma > 0.0 ? sv[w] : gbnn_valid_mask(w - (w / LW) * LW);
                 sn[w] = gbnn_som_word(W, sv, sx, w, cand, false);
+#else
+                // test every neuron; with gamma > 0 an inactive one stays off all the same
+                const unsigned int all = gbnn_valid_mask(w - (w / LW) * LW);
+                sn[w] = gbnn_som_word(W, sv, sx, w, all, false) & (gamma > 0.0 ? sv[w] : all);
+#endif
             }
             ++t;
             if (!gbnn_commit(sv, sn, tid)) {

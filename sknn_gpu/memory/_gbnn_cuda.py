@@ -24,6 +24,11 @@ _MAX_THREADS = 1024
 _STATIC_SHARED = 64
 #: Dynamic shared memory a kernel may use without raising its opt-in limit.
 _DEFAULT_DYNAMIC_SHARED = 48 * 1024
+#: The acceleration tricks of the retrieval kernel as compile-time switches (1 = on). Only
+#: the reproduction of the paper's Fig. 12 turns them off, to time the ablation; the results
+#: are the same either way (BAIL-OUT-EARLY is exact, Theorem 1; with gamma > 0 an inactive
+#: neuron never turns on, Lemma 1), which a cuda test checks.
+TRICKS = {"GBNN_BOE": 1, "GBNN_PRUNE": 1}
 #: Probes per progress report when a ``progress`` callback is given: parallel decoding then
 #: launches one grid per chunk of this many probes (and waits for it, so that the report is
 #: true), serial decoding reports once per chunk instead of once per probe.
@@ -120,7 +125,9 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False, progress=None):
     W = cp.ascontiguousarray(W)
     K, C = X.shape
     d = _defines(C, L)
-    kern = get_function("gbnn", "gbnn_retrieve", RULE=_RULE_IDS[rule], NPLANES=_n_planes(C, L), **d)
+    kern = get_function(
+        "gbnn", "gbnn_retrieve", RULE=_RULE_IDS[rule], NPLANES=_n_planes(C, L), **d, **TRICKS
+    )
     msgs = cp.empty((K, C), dtype=cp.int32)
     cnts = cp.empty((K, C), dtype=cp.int32)
     iters = cp.empty(K, dtype=cp.int32)
