@@ -99,7 +99,8 @@ def test_paper_class_layout_from_the_command_line(png, tmp_path, capsys):
     status, out, _ = run(argv + ["--device", "cpu"], capsys)
     assert status == 0 and "converged" in out
     img = np.asarray(Image.open(png).convert("L"))
-    want = DTCNNHalftoner(radius=1, class_spacing=3, first_sweep_spacing=None, device="cpu").fit_transform(img)
+    paper = DTCNNHalftoner(radius=1, class_spacing=3, first_sweep_spacing=None, device="cpu")
+    want = paper.fit_transform(img)
     np.testing.assert_array_equal(np.asarray(Image.open(dst).convert("L")), want)
 
 
