@@ -125,9 +125,7 @@ def retrieve(W, X, seed, rule, gamma, max_iter, L, serial=False, progress=None):
     W = cp.ascontiguousarray(W)
     K, C = X.shape
     d = _defines(C, L)
-    kern = get_function(
-        "gbnn", "gbnn_retrieve", RULE=_RULE_IDS[rule], NPLANES=_n_planes(C, L), **d, **TRICKS
-    )
+    kern = get_function("gbnn", "gbnn_retrieve", RULE=_RULE_IDS[rule], NPLANES=_n_planes(C, L), **d, **TRICKS)
     msgs = cp.empty((K, C), dtype=cp.int32)
     cnts = cp.empty((K, C), dtype=cp.int32)
     iters = cp.empty(K, dtype=cp.int32)
