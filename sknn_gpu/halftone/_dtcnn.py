@@ -266,9 +266,10 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         sigma 1.5 (see the user guide). Ignored for 'custom'.
     radius : int or None, default=None
         Template radius ``r`` (1..16): the neighbourhood is ``(2r+1)^2`` and the
-        sweeps after the first use ``(r+1)^2`` colour classes, so their cost grows
-        like ``r^2`` passes of ``r^2`` taps. None picks ``ceil(3 sigma)`` (4 for the
-        default sigma), which keeps the taps that are not (nearly) zero. Must match
+        sweeps after the first use ``(r+1)^2`` colour classes (with the default
+        ``class_spacing``), so their cost grows like ``r^2`` passes of ``r^2`` taps.
+        None picks ``ceil(3 sigma)`` (4 for the default sigma), which keeps the taps
+        that are not (nearly) zero. Must match
         ``A``/``B`` for 'custom'.
     mode : {'async', 'sync'}, default='async'
         'async': colour-class Gauss-Seidel updates (the network converges; the
