@@ -94,6 +94,8 @@ def batch_table(batch, gpu, ht_cpu, check_cpu):
             "same bits as per-image CPU" if check_cpu else "",
             f"one call, events, {fmt_time(t_b / nb)} per image, {ht_b.n_iter_} sweeps",
         )
+        t_p = time_gpu(prepare_only(ht_b, dbatch), repeat=5, warmup=1)
+        t.add("ours, prepare only (GPU)", "cuda", t_p, "", "part of the call: quantisation, B*u + T, state")
     else:
         t.add("ours DT-CNN batch (GPU)", "cuda", None, note="no GPU here")
     if optional_import("PIL") is None:
@@ -130,6 +132,17 @@ def quality(img, out):
     o = np.asarray(out, dtype=np.float64)
     o = o if out.dtype == np.bool_ else o / 255.0
     return f"{hvs_psnr(img, out):.2f} dB, Δmean {abs(o.mean() - img.mean() / 255.0):.4f}"
+
+
+def prepare_only(ht, dimg):
+    """A callable running only the GPU preparation (``_dtcnn_cuda.prepare``: input
+    quantisation, ``B*u + T`` and the initial state) of a stack ``(n, H, W)`` or image."""
+    stack = dimg if dimg.ndim == 3 else dimg[None]
+
+    def run():
+        return dtc.prepare(stack, ht.templates_, int(ht.levels), ht.boundary, None)
+
+    return run
 
 
 def sweeps_only(ht, dimg):
@@ -252,6 +265,10 @@ def main(argv=None):
                 t_sw,
                 "",
                 "_dtcnn_cuda._sweeps on a prepared state (state copy included)",
+            )
+            t_pr = time_gpu(prepare_only(ht_gpu, dimg), repeat=10, warmup=2)
+            rows.add(
+                "ours, prepare only", "cuda", t_pr, "", "_dtcnn_cuda.prepare: quantisation, B*u + T, state"
             )
             for label_x, params_x in (
                 ("first_sweep_spacing=48", {"first_sweep_spacing": 48}),
