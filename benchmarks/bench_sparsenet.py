@@ -361,7 +361,7 @@ def activation_tables(args, gpu, rows_csv, latency=False):
                 sec = time_call(lambda: forward_gpu(g, Xd), repeat=200, device="cuda")
                 t.add("ours forward_gpu() call (GPU)", "cuda", sec, note="wall incl. sync, engine entry")
                 res["engine_call"] = sec
-                for ex in ("fused:smem", "fused:grid", "level"):
+                for ex in ("fused:cluster", "fused:smem", "fused:grid", "level"):
                     try:
                         got = forward_gpu(g, Xd, executor=ex).get()
                     except ValueError as exc:  # smem mode: values do not fit

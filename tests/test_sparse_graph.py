@@ -471,21 +471,75 @@ def test_fused_launch_rule_shared_memory_vs_grid(rng):
     assert np.all(2 * lanes >= deep["lvl_fan_max"])
 
 
-@pytest.mark.parametrize("mode", ["smem", "grid"])
+def test_cluster_plan_sizes_clusters_lanes_and_shared_memory(rng):
+    from sknn_gpu.sparse._graph_cuda import CLUSTER_KMAX, CLUSTER_THREADS, _cluster_plan
+
+    deep = _fake_device(SparseGraph.random_layered(16, 4, 60, 20_000, random_state=int(rng.integers(1e6))))
+    wide = _fake_device(SparseGraph.random_layered(16, 4, 5, 60_000, random_state=int(rng.integers(1e6))))
+    for d, B in ((deep, 1), (deep, 3), (wide, 1), (wide, 2)):
+        C, nthr, shared, lanes, fits = _cluster_plan(d, B, 16)
+        n_levels = d["lvl_rows"].size
+        assert shared == 32 * n_levels + 8 * d["n_slots"] * B
+        assert C in (1, 2, 4, 8, 16) and nthr <= CLUSTER_THREADS
+        assert np.all(lanes & (lanes - 1) == 0) and nthr % max(32, lanes.max()) == 0
+        items = d["lvl_rows"] * B
+        if fits:  # one round per level, every row within CLUSTER_KMAX entries per lane
+            assert np.all(items * lanes <= C * nthr)
+            assert np.all(lanes * CLUSTER_KMAX >= d["lvl_fan_max"])
+            # and no smaller cluster would have done
+            assert C == 1 or not _cluster_plan(d, B, C // 2)[4]
+    # narrow levels need one block; wide ones a cluster of several
+    assert _cluster_plan(deep, 1, 16)[0] == 1
+    assert _cluster_plan(wide, 1, 16)[0] > 1
+    # capped at one block: the wide levels no longer fit in one round of KMAX entries
+    assert not _cluster_plan(wide, 1, 1)[4]
+    # node values beyond shared memory: no plan
+    assert _cluster_plan(deep, 4096, 16) is None
+
+
+def test_cluster_auto_rule_allows_a_short_tail_only(rng):
+    from sknn_gpu.sparse._graph_cuda import _cluster_plan, _cluster_worth
+
+    # 64 inputs -> 64 -> 64 -> 4 outputs, fully connected: fan-in 64 on every level
+    n_in, n_out, h = 64, 4, 64
+    hid1, hid2 = np.arange(n_in + n_out, n_in + n_out + h), np.arange(n_in + n_out + h, n_in + n_out + 2 * h)
+    layers = [np.arange(n_in), hid1, hid2, np.arange(n_in, n_in + n_out)]
+    edges = np.concatenate(
+        [np.stack(np.meshgrid(a, b, indexing="ij"), -1).reshape(-1, 2) for a, b in zip(layers, layers[1:])]
+    )
+    n_nodes = n_in + n_out + 2 * h
+    g = SparseGraph.from_edges(
+        edges, n_in, n_out, rng.normal(size=len(edges)), rng.normal(size=n_nodes), n_nodes=n_nodes
+    )
+    d = _fake_device(g)
+    plan = _cluster_plan(d, 16, 16)  # 1,024 items x 8 lanes: 16 blocks of 512, one round
+    assert plan[0] == 16 and plan[4] and _cluster_worth(d, 16, plan)
+    plan = _cluster_plan(d, 32, 16)  # 4 lanes: 16 entries per lane, twice the registers' 8: still taken
+    assert not plan[4] and plan[3].min() == 4 and _cluster_worth(d, 32, plan)
+    plan = _cluster_plan(d, 64, 16)  # 2 lanes: 32 entries per lane, mostly through the CSR tail: not taken
+    assert not plan[4] and not _cluster_worth(d, 64, plan)
+
+
+@pytest.mark.parametrize("mode", ["smem", "grid", "cluster"])
 @pytest.mark.parametrize("B", [2, 40])
 def test_fused_edge_schedule_covers_every_edge_once(mode, B, rng):
     """The fused kernel's per-level edge schedule + CSR tail, walked as the kernel walks it
     (lane by lane), gives the CPU result: every edge exactly once, padding ignored."""
     from sknn_gpu.sparse._activations import apply_activation
-    from sknn_gpu.sparse._graph_cuda import _edge_schedule, _fused_forward_config
+    from sknn_gpu.sparse._graph_cuda import CLUSTER_KMAX, _cluster_plan, _edge_schedule, _fused_forward_config
 
     g = SparseGraph.random_layered(7, 3, 6, 1500, random_state=int(rng.integers(1e6)))
     d = _fake_device(g)
     X = rng.normal(size=(B, 7))
-    lanes = _fused_forward_config(d, B, mode)[4]
-    off, ks, src, pos, tail = _edge_schedule(d, lanes)
-    assert np.all(ks <= 4) and src.shape == pos.shape
-    if B == 40:  # one lane per item: rows longer than 4 edges continue through the CSR tail
+    if mode == "cluster":
+        lanes = _cluster_plan(d, B, 1)[3]  # one block: the widest levels take the CSR tail
+        off, ks, src, pos, tail = _edge_schedule(d, lanes, CLUSTER_KMAX)
+        assert np.all(ks <= CLUSTER_KMAX) and src.shape == pos.shape
+    else:
+        lanes = _fused_forward_config(d, B, mode)[4]
+        off, ks, src, pos, tail = _edge_schedule(d, lanes)
+        assert np.all(ks <= 4) and src.shape == pos.shape
+    if B == 40 and mode != "cluster":  # one lane per item: rows beyond 4 edges continue in the CSR tail
         assert np.all(lanes == 1) and tail.any()
     p = g.plan
     w, b = g.plan_params()
@@ -532,13 +586,19 @@ def test_gpu_forward_matches_cpu_both_executors(n_levels, batch, rng):
     else:
         with pytest.raises(ValueError, match="shared memory"):
             g.forward(cp.asarray(X), device="cuda", executor="fused:smem")
+    if _cluster_fits(g, batch):
+        executors.append("fused:cluster")
+    else:
+        with pytest.raises(ValueError, match="shared memory"):
+            g.forward(cp.asarray(X), device="cuda", executor="fused:cluster")
     for executor in executors:
         for _ in range(2):  # the second call reuses the cached configuration and scratch buffers
             got = g.forward(cp.asarray(X), device="cuda", executor=executor)
             assert isinstance(got, cp.ndarray)
             np.testing.assert_allclose(got.get(), ref, rtol=1e-5, atol=1e-12, err_msg=executor)
-    if n_levels == 180 and batch == 1:  # narrow levels: auto keeps node values in shared memory
-        assert _exec_config(device_plan(g), batch, "fused")["mode"] == "smem"
+    if n_levels == 180 and batch == 1:  # narrow levels: auto keeps node values in shared memory, one block
+        cfg = _exec_config(device_plan(g), batch, "fused")
+        assert (cfg["mode"], cfg["cluster"]) == ("cluster", 1)
 
 
 def _smem_fits(g, batch):
@@ -548,6 +608,49 @@ def _smem_fits(g, batch):
     return 8 * d["n_slots"] * batch + 1024 <= d["smem_optin"]
 
 
+def _cluster_fits(g, batch):
+    from sknn_gpu.sparse._graph_cuda import device_plan
+
+    d = device_plan(g)
+    return 32 * g.n_levels + 8 * d["n_slots"] * batch + 1024 <= d["smem_optin"]
+
+
+def _forced(g, batch):
+    """The forced fused modes that can run this batch (node values in shared memory or not)."""
+    return (
+        ("fused:grid",)
+        + (("fused:smem",) if _smem_fits(g, batch) else ())
+        + (("fused:cluster",) if _cluster_fits(g, batch) else ())
+    )
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("max_cluster", [1, 2, 4, 8, 16])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_gpu_cluster_forward_every_cluster_size(max_cluster, batch, monkeypatch, rng):
+    """The cluster kernel at each cluster size (capped through CLUSTER_MAX; a size that does
+    not fit one round takes the CSR tail), values and outputs equal to the CPU's."""
+    import cupy as cp
+
+    from sknn_gpu.sparse import _graph_cuda
+    from sknn_gpu.sparse._graph_cuda import device_plan
+    from sknn_gpu.sparse._graph_cuda import forward as forward_gpu
+
+    monkeypatch.setattr(_graph_cuda, "CLUSTER_MAX", max_cluster)
+    g = SparseGraph.random_layered(20, 5, 6, 40_000, random_state=int(rng.integers(1e6)))
+    X = rng.normal(size=(batch, 20))
+    w, b = g.plan_params()
+    ref, V = _graph_cpu.forward(g, X, w=w, b=b, keep_values=True)
+    for _ in range(3):  # the later calls go through the cached launch record
+        got = g.forward(cp.asarray(X), device="cuda", executor="fused:cluster")
+        np.testing.assert_allclose(got.get(), ref, rtol=1e-5, atol=1e-12)
+    cfg = _exec_config(device_plan(g), batch, "fused:cluster")
+    assert cfg["mode"] == "cluster" and 1 <= cfg["cluster"] <= max_cluster
+    outd, Vd = forward_gpu(g, cp.asarray(X), executor="fused:cluster", keep_values=True)
+    np.testing.assert_allclose(Vd.get(), V, rtol=1e-5, atol=1e-12)
+    np.testing.assert_allclose(outd.get(), ref, rtol=1e-5, atol=1e-12)
+
+
 def _exec_config(d, batch, executor):
     from sknn_gpu.sparse._graph_cuda import _exec_config as cfg
 
@@ -555,7 +658,7 @@ def _exec_config(d, batch, executor):
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("executor", ["fused", "level", "fused:smem", "fused:grid"])
+@pytest.mark.parametrize("executor", ["fused", "level", "fused:smem", "fused:grid", "fused:cluster"])
 def test_gpu_forward_flags_non_finite_input(executor, rng):
     import cupy as cp
 
@@ -594,7 +697,7 @@ def test_gpu_every_activation_matches_cpu(rng):
     for batch in (64, 2):
         X = rng.normal(size=(batch, 5))
         ref = g.forward(X, device="cpu")
-        for executor in ("level", "fused", "fused:grid") + (("fused:smem",) if _smem_fits(g, batch) else ()):
+        for executor in ("level", "fused") + _forced(g, batch):
             got = g.forward(cp.asarray(X), device="cuda", executor=executor).get()
             np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-10, err_msg=executor)
 
@@ -615,8 +718,7 @@ def test_gpu_backward_matches_cpu(batch, rng):
         w, b = g.plan_params()
         out, V = _graph_cpu.forward(g, X, w=w, b=b, keep_values=True)
         gw, gb = _graph_cpu.backward(g, V, (out - Y).T, w)
-        forced = ("fused:grid",) + (("fused:smem",) if _smem_fits(g, batch) else ())
-        for executor in ("level", "fused") + forced:
+        for executor in ("level", "fused") + _forced(g, batch):
             outd, Vd = forward_gpu(g, cp.asarray(X), executor=executor, keep_values=True)
             np.testing.assert_allclose(Vd.get(), V, rtol=1e-5, atol=1e-12, err_msg=executor)
             G = cp.ascontiguousarray((outd - cp.asarray(Y)).T)
@@ -647,8 +749,7 @@ def test_gpu_prepared_launch_and_lane_groups(rng):
     for batch in (1, 3, 40):
         X = rng.normal(size=(batch, 12))
         ref = g.forward(X, device="cpu")
-        forced = ("fused:grid",) + (("fused:smem",) if _smem_fits(g, batch) else ())
-        for executor in ("level", "fused") + forced:
+        for executor in ("level", "fused") + _forced(g, batch):
             launch, out = prepared_forward(g, cp.asarray(X), executor=executor)
             launch()
             np.testing.assert_allclose(out.get(), ref, rtol=1e-5, atol=1e-12)

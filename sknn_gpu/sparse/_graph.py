@@ -598,11 +598,13 @@ class SparseGraph:
             Where to evaluate; resolved once per call. A CuPy input with ``'auto'`` runs
             on the GPU.
         executor : {'auto', 'level', 'fused'}, default='auto'
-            GPU only: one launch per level, or one launch for all levels with
-            block/grid synchronisation (see ``_graph_cuda.choose_executor``). The fused
-            kernel keeps node values in shared memory when they fit and the levels
-            are narrow (one block), else uses a grid barrier; ``'fused:smem'`` and
-            ``'fused:grid'`` force one of the two.
+            GPU only: one launch per level, or one launch for all levels (see
+            ``_graph_cuda.choose_executor``). The fused launch is, where the node
+            values fit in shared memory, one thread-block cluster (one block for
+            narrow levels; up to 16 blocks on compute capability 9.0, each with a
+            replica of the values), else one block with a barrier per level or a grid
+            of blocks with a grid barrier; ``'fused:cluster'``, ``'fused:smem'`` and
+            ``'fused:grid'`` force one of the three.
 
         Returns
         -------

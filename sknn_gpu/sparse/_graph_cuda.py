@@ -15,6 +15,7 @@ import numpy as np
 
 from .._backend import check_memory, device_limits, get_cupy
 from .._kernels import check_barrier_error, get_function
+from .._kernels._launch import Launch, LaunchTable
 
 __all__ = ["forward", "backward", "prepared_forward", "device_plan", "choose_executor", "FUSED_MAX_MEAN_WORK"]
 
@@ -42,6 +43,7 @@ def device_plan(graph):
         limits = device_limits(key)
         d["n_sm"] = limits.sm_count
         d["smem_optin"] = limits.smem_per_block_optin
+        d["cc"] = limits.compute_capability
         d["indptr_host"] = p["indptr"]
         d["indices_host"] = p["indices"]
         d["n_out"] = int(p["out_slots"].shape[0])
@@ -137,15 +139,16 @@ FUSED_MAX_THREADS = 512
 ELL_MAX_K = 4
 
 
-def _edge_schedule(d, lanes):
-    """Per-level edge schedule of the fused forward kernel for one lane configuration.
+def _edge_schedule(d, lanes, max_k=ELL_MAX_K):
+    """Per-level edge schedule of the fused forward kernels for one lane configuration.
 
     Entry ``(k, rr, lane)`` of level ``l`` sits at ``off[l] + (k * R + rr) * L + lane`` and
     names edge ``lane + k * L`` of the level's row ``rr`` (source slot, or -1 past the
     row's end, and its plan position for gathering weights), for ``k < ell_k[l]``.
     Returns ``(off int64, ell_k int32, src int32, pos int64, tail bool)``; ``tail[l]`` is
     True when some row of level ``l`` is longer than its schedule (the kernel then reads
-    the rest through the CSR arrays).
+    the rest through the CSR arrays). ``max_k`` caps the entries per lane (``ELL_MAX_K``
+    for the fused kernels, ``CLUSTER_KMAX`` for the cluster kernel).
     """
     lp, indptr, indices = d["level_ptr_host"], d["indptr_host"], d["indices_host"]
     n_levels = lp.shape[0] - 1
@@ -161,7 +164,7 @@ def _edge_schedule(d, lanes):
         off[lv] = total
         if R == 0 or fan.size == 0 or fan.max() == 0:
             continue
-        K = min(ELL_MAX_K, -(-int(fan.max()) // L))
+        K = min(max_k, -(-int(fan.max()) // L))
         while K > 0 and K * R * L > 4 * int(fan.sum()) + 4096:
             K -= 1
         tail[lv] = int(fan.max()) > K * L
@@ -235,11 +238,194 @@ def _fused_forward_config(d, batch, mode):
     return "grid", max(1, min(d["n_sm"], -(-max_work // nthr))), nthr, 0, lanes
 
 
+#: Schedule entries per lane that the cluster kernel prefetches into registers
+#: (``CLUSTER_KMAX`` in sparsenet.cu).
+CLUSTER_KMAX = 8
+
+#: Threads per block of the cluster kernel (its ``__launch_bounds__``).
+CLUSTER_THREADS = 512
+
+#: Largest cluster tried: 16 blocks is H100's non-portable maximum (8 is portable); a
+#: size the device refuses at the first launch is halved (see ``_cluster_kernel``).
+CLUSTER_MAX = 16
+
+
+def _cluster_plan(d, batch, max_cluster):
+    """Launch plan of the cluster kernel, or None when its shared memory does not fit.
+
+    Returns ``(C, n_threads, shared_bytes, lanes, fits)``: ``C`` blocks per cluster (the
+    smallest power of two up to ``max_cluster`` whose ``C x CLUSTER_THREADS`` threads give
+    every level one round with at most ``CLUSTER_KMAX`` schedule entries per lane),
+    threads per block, dynamic shared memory (level table + one node-value replica), lanes
+    per level (powers of two: enough for ``CLUSTER_KMAX`` entries each, fewer when the
+    level has more items than threads allow) and whether that bound held for every level
+    (``fits``; else the widest levels take more entries through the CSR tail, or more
+    rounds).
+    """
+    rows, fan = d["lvl_rows"], d["lvl_fan_max"]
+    n_levels = int(rows.size)
+    shared = 32 * n_levels + 8 * d["n_slots"] * batch
+    if n_levels == 0 or shared + 1024 > d["smem_optin"]:
+        return None
+    items = np.maximum(rows * batch, 1)
+    need = _pow2_ceil(np.ceil(fan / CLUSTER_KMAX))
+    C = 1
+    while C < max_cluster and np.any(items * need > C * CLUSTER_THREADS):
+        C *= 2
+    fits = bool(np.all(items * need <= C * CLUSTER_THREADS))
+    room = 2 ** np.floor(np.log2(np.maximum((C * CLUSTER_THREADS) // items, 1))).astype(np.int64)
+    lanes = np.minimum(np.minimum(need, room), CLUSTER_THREADS).astype(np.int32)
+    unit = max(32, int(lanes.max()))  # lane groups never straddle a block
+    per_block = -(-int((items * lanes).max()) // C)
+    nthr = min(CLUSTER_THREADS, -(-per_block // unit) * unit)
+    return C, nthr, shared, lanes, fits
+
+
+def _cluster_worth(d, batch, plan):
+    """Whether 'auto' takes the cluster kernel: its plan fits (``_cluster_plan``), or no
+    level needs more than twice ``CLUSTER_KMAX`` entries per lane or two rounds (a few
+    rows continuing through the CSR tail still beat the grid barrier; many do not)."""
+    C, nthr, _, lanes, fits = plan
+    if fits:
+        return True
+    per_lane = -(-d["lvl_fan_max"] // lanes)
+    rounds = -(-(d["lvl_rows"] * batch * lanes) // (C * nthr))
+    return bool(per_lane.max() <= 2 * CLUSTER_KMAX and rounds.max() <= 2)
+
+
+def _cluster_kernel(d, C):
+    """The compiled cluster kernel for ``C`` blocks per cluster with its attributes set, or
+    None when this device or CuPy cannot run it (clusters need compute capability 9.0)."""
+    if C > 1 and d["cc"] < (9, 0):
+        return None
+    kern = get_function("sparsenet", "forward_cluster", CLUSTER=C)
+    if C > 8:  # non-portable cluster size: the attribute must allow it
+        try:
+            get_cupy().cuda.driver.funcSetAttribute(kern.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+        except Exception:  # pragma: no cover - depends on the CuPy build and driver
+            return None
+    return kern
+
+
+#: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (CUDA driver API).
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+
+
+def _cluster_launcher(d, batch, forced):
+    """Config entries and launch closure of the cluster executor, or None.
+
+    None when the node values do not fit in shared memory and, unless ``forced``, when
+    the plan is not worth it (``_cluster_worth``). A cluster size the device
+    refuses at a trial launch (16 blocks need 16 free SMs in one GPC) is halved.
+    """
+    cp = get_cupy()
+    C_max = CLUSTER_MAX if d["cc"] >= (9, 0) else 1
+    while True:
+        plan = _cluster_plan(d, batch, C_max)
+        if plan is None or not (forced or _cluster_worth(d, batch, plan)):
+            return None
+        C, nthr, shared, lanes, _ = plan
+        kern = _cluster_kernel(d, C)
+        if kern is not None:
+            if shared > 48 * 1024:
+                kern.max_dynamic_shared_size_bytes = d["smem_optin"] - 1024
+            part = _cluster_part(d, batch, kern, C, nthr, shared, lanes)
+            if C == 1:
+                return part
+            X = cp.zeros((batch, d["n_in"]), dtype=cp.float64)
+            out = cp.empty((batch, d["n_out"]), dtype=cp.float64)
+            try:  # the cluster shape is only checked when a launch is made
+                part["launch"](X, None, out, d["w"], d["b"])
+                cp.cuda.get_current_stream().synchronize()
+                return part
+            except cp.cuda.driver.CUDADriverError:
+                pass
+        if C == 1:
+            return None
+        C_max = C // 2
+
+
+def _cluster_part(d, batch, kern, C, nthr, shared, lanes):
+    """Config entries of the cluster executor for one plan, with its launch closure. The
+    graph's own parameters go through a prebuilt driver launch record after the first
+    call (``_kernels._launch``); training passes its own weights through the RawKernel."""
+    cp = get_cupy()
+    off, ks, src, pos, tail = _edge_schedule(d, lanes, CLUSTER_KMAX)
+    if src.size >= 2**31:
+        raise ValueError("the cluster kernel's schedule needs 32-bit offsets; use executor='fused:grid'.")
+    rows = d["lvl_rows"]
+    groups = (C * nthr) // lanes
+    levels = np.stack(
+        [
+            off,
+            rows * lanes,
+            d["level_ptr_host"][:-1],
+            rows,
+            np.log2(lanes).astype(np.int64),
+            ks + 256 * tail,
+            -(-(rows * batch) // groups),
+            groups,
+        ],
+        axis=1,
+    ).astype(np.int32)
+    pos = cp.asarray(pos)
+    dw, db = d["w"], d["b"]
+    w_ell0 = dw.take(pos)
+    head = (cp.asarray(levels), d["n_levels_i32"], d["indptr"], d["indices"])
+    mid = (d["resp"], d["act"], d["out_index"], cp.asarray(src))
+    sizes = (np.int32(batch), d["n_in_i32"], d["n_out_i32"], np.int32(d["n_comp"]), np.float64(d["slope"]))
+    grid, block = (C,), (nthr,)
+    table = LaunchTable(limit=4)
+    iX = len(head) + 2 + len(mid) + 1  # per-call arguments: X, Vg, out, then flag (see forward_cluster)
+    zero = np.uint64(0)
+
+    def make():
+        layout = [
+            ("q", a.data.ptr) if isinstance(a, cp.ndarray) else ("i", int(a))
+            for a in head + (dw, db) + mid + (w_ell0,)
+        ]
+        layout += ["p", "p", "p"] + [("i", int(v)) for v in sizes[:4]]
+        layout += ["f", "p", ("q", int(d["bar_err_addr"]))]
+        rec = Launch(kern, grid, block, layout, False, shared_mem=shared)
+        rec.floats[0].value = float(d["slope"])
+        return rec
+
+    def launch(X, V, out, w, b, flag=zero):
+        vg = np.uint64(V.data.ptr) if V is not None else zero
+        own = w is dw and b is db
+        if own:
+            rec = table.records.get(0)
+            if rec is not None:
+                s = rec.slots
+                s[iX], s[iX + 1], s[iX + 2], s[iX + 8] = X.data.ptr, int(vg), out.data.ptr, int(flag)
+                rec.launch(cp.cuda.get_current_stream().ptr)
+                return
+        w_ell = w_ell0 if own else w.take(pos)  # training passes its own weights
+        args = head + (w, b) + mid + (w_ell, X, vg, out) + sizes + (flag, d["bar_err_addr"])
+        kern(grid, block, args, shared_mem=shared)
+        if own:
+            table.register(0, make)
+
+    return {
+        "mode": "cluster",
+        "cluster": C,
+        "fwd": (C, nthr),
+        "lanes": lanes,
+        "shared_bytes": shared,
+        "ell_k": ks,
+        "ell_tail": tail,
+        "needs_v": False,
+        "launch": launch,
+    }
+
+
 def _exec_config(d, batch, executor):
     """Launch configuration for one (batch, executor), cached with the device plan.
 
-    ``executor`` is 'auto', 'level', 'fused', or 'fused:smem' / 'fused:grid' to force a
-    mode of the fused forward kernel (tests and benchmarks).
+    ``executor`` is 'auto', 'level', 'fused', or 'fused:cluster' / 'fused:smem' /
+    'fused:grid' to force a mode of the fused forward pass (tests and benchmarks). 'auto'
+    and 'fused' take the cluster kernel where ``_cluster_launcher`` finds it worth it,
+    else the older fused modes by ``_fused_forward_config``.
     """
     key = (batch, executor)
     cfg = d["cfg"].get(key)
@@ -248,7 +434,7 @@ def _exec_config(d, batch, executor):
     cp = get_cupy()
     sizes = np.diff(d["level_ptr_host"])
     mode = "auto"
-    if executor in ("fused:smem", "fused:grid"):
+    if executor in ("fused:smem", "fused:grid", "fused:cluster"):
         chosen, mode = "fused", executor.split(":")[1]
     elif executor in ("level", "fused"):
         chosen = executor
@@ -262,6 +448,20 @@ def _exec_config(d, batch, executor):
     slope = np.float64(d["slope"])
     zero = np.uint64(0)
     bar_err = d["bar_err_addr"]
+    part = None
+    if chosen == "fused" and mode in ("auto", "cluster"):
+        part = _cluster_launcher(d, batch, forced=mode == "cluster")
+        if part is None and mode == "cluster":
+            raise ValueError(
+                f"the node values ({8 * n_slots * batch:,} bytes at batch {batch}) and the level table "
+                f"do not fit in shared memory ({d['smem_optin']:,} bytes); use executor='fused'."
+            )
+    if part is not None:
+        cfg.update(part)
+        cfg["bwd"] = _fused_config(d, sizes, batch)
+        cfg["bar_bwd"] = cp.zeros(1, dtype=cp.uint64)
+        d["cfg"][key] = cfg
+        return cfg
     if chosen == "fused":
         fmode, nblk, nthr, shmem, lanes = _fused_forward_config(d, batch, mode)
         kern = get_function("sparsenet", "forward_fused_smem" if fmode == "smem" else "forward_fused_grid")
