@@ -118,6 +118,28 @@ class DeviceMixin:
         cache[key] = (source, value)
         return value
 
+    def _unchanged_host_X(self, X):
+        """``X`` when ``validate_data(self, X, reset=False, dtype=np.float64)`` would return it
+        unchanged and silently, else None (the caller then runs ``validate_data``, which
+        raises or warns as scikit-learn does).
+
+        That is: a 2-D float64 NumPy array with at least one row, the fitted number of
+        features, all finite, for an estimator fitted without feature names. Costs a
+        finiteness pass instead of scikit-learn's ~50 µs of checks, which dominate a
+        one-row prediction on the GPU.
+        """
+        if (
+            type(X) is np.ndarray
+            and X.ndim == 2
+            and X.dtype == np.float64
+            and X.shape[0] >= 1
+            and X.shape[1] == getattr(self, "n_features_in_", -1)
+            and not hasattr(self, "feature_names_in_")
+            and np.isfinite(X).all()
+        ):
+            return X
+        return None
+
     def _check_device_X(self, X, *, reset, accept_sparse=False, cast_float=True, contiguous=False):
         """Validate a 2-D CuPy ``X`` on the device (``validate_data`` would copy it to the host).
 

@@ -302,6 +302,46 @@ def test_device_input_branch_checks_y(y_bad, match, monkeypatch, rng):
         SparseNetRegressor(hidden_layer_sizes=(4,), max_iter=1, device="cpu").fit(X, y)
 
 
+def test_predict_skips_sklearn_checks_only_for_input_they_would_pass_unchanged(monkeypatch, rng):
+    from sknn_gpu.sparse import _sparsenet
+
+    X, y, Xt, _ = friedman(rng, n=120)
+    reg = SparseNetRegressor(n_hidden=12, density=0.4, max_iter=3, random_state=0, device="cpu").fit(X, y)
+    ref = reg.predict(Xt.tolist())  # a list: scikit-learn's validation
+    calls = []
+    real = _sparsenet.validate_data
+    monkeypatch.setattr(_sparsenet, "validate_data", lambda *a, **k: calls.append(1) or real(*a, **k))
+    np.testing.assert_array_equal(reg.predict(Xt), ref)  # clean float64 array: validated in place
+    np.testing.assert_array_equal(reg.predict(Xt[:1]), ref[:1])
+    assert calls == []
+    for bad in (Xt.astype(np.float32), np.asfortranarray(Xt)[:, :5], np.where(Xt > 0.9, np.nan, Xt)):
+        assert reg._unchanged_host_X(bad) is None
+    assert reg._unchanged_host_X(np.asfortranarray(Xt)) is not None  # order is not changed by the checks
+    np.testing.assert_allclose(
+        reg.predict(Xt.astype(np.float32)), reg.predict(Xt.astype(np.float32).astype(np.float64))
+    )
+    assert len(calls) == 1
+    with pytest.raises(ValueError, match="NaN"):
+        reg.predict(np.where(Xt > 0.9, np.nan, Xt))
+    with pytest.raises(ValueError, match="expecting 10 features"):
+        reg.predict(Xt[:, :5])
+
+
+@pytest.mark.cuda
+def test_gpu_predict_caches_the_target_scaling_per_fit(rng):
+    import cupy as cp
+
+    X, y, Xt, _ = friedman(rng, n=200)
+    kw = dict(n_hidden=16, density=0.4, max_iter=3, random_state=0)
+    reg = SparseNetRegressor(device="cuda", **kw)
+    for target in (y, 100.0 * y - 7.0, np.stack([y, -3.0 * y], axis=1)):  # refits change scale and mean
+        reg.fit(X, target)
+        cpu = SparseNetRegressor(device="cpu", **kw).fit(X, target).predict(Xt)
+        for _ in range(2):  # the second call uses the cached device copies
+            np.testing.assert_allclose(reg.predict(Xt), cpu, rtol=1e-5, atol=1e-8)
+            np.testing.assert_allclose(reg.predict(cp.asarray(Xt)).get(), cpu, rtol=1e-5, atol=1e-8)
+
+
 @pytest.mark.cuda
 def test_cupy_input_stays_on_the_gpu(monkeypatch, rng):
     import cupy as cp

@@ -9,6 +9,7 @@ functions). The dense phase of ``'prune'`` is written against ``xp`` (NumPy or C
 from __future__ import annotations
 
 import warnings
+import weakref
 from numbers import Integral, Real
 
 import numpy as np
@@ -39,6 +40,10 @@ from ._activations import (
 from ._graph import SparseGraph, engine
 from ._graph_build import build_random_dag, graph_nbytes, n_candidate_pairs, random_dag_nbytes
 from ._sparsenet_train import SGD, Adam, DenseMasked, SparseModel
+
+#: Fitted regressor -> (host scale, host mean, device id, device scale, device mean); the
+#: host arrays are held so that a new fit's arrays never match a stale entry.
+_DEVICE_SCALING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 __all__ = ["SparseNetRegressor"]
 
@@ -353,12 +358,12 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         if is_device_array(X):
             Xv = self._check_device_X(X, reset=False).astype(np.float64, copy=False)
         else:
-            Xv = validate_data(self, X, reset=False, dtype=np.float64)
+            Xv = self._unchanged_host_X(X)
+            if Xv is None:
+                Xv = validate_data(self, X, reset=False, dtype=np.float64)
         need = self._memory_estimate(Xv.shape[0], Xv.shape[1], self.n_outputs_, fit=False)
         self._check_memory(need, "SparseNetRegressor.predict")
-        out = self._forward_chunks(self._squash_inputs(to_device(Xv, self.device_)))
-        xp = array_module(out)
-        out = out * xp.asarray(self._y_scale) + xp.asarray(self._y_mean)
+        out = self._unscale(self._forward_chunks(self._squash_inputs(to_device(Xv, self.device_))))
         if self._y_1d:
             out = out[:, 0]
         return self._output(out, X)
@@ -484,6 +489,21 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         self.graph_ = graph
         self.n_levels_ = graph.n_levels
         self.n_edges_ = graph.n_edges
+
+    def _unscale(self, out):
+        """``out * scale + mean``: the targets' standardisation undone (two operations, as on
+        the host). On the GPU the device copies of scale and mean are cached per fitted
+        scaling and device, so a small prediction pays no host-to-device copies for them."""
+        scale, mean = self._y_scale, self._y_mean
+        xp = array_module(out)
+        if xp is np:
+            return out * scale + mean
+        dev = out.device.id
+        hit = _DEVICE_SCALING.get(self)
+        if hit is None or hit[0] is not scale or hit[1] is not mean or hit[2] != dev:
+            hit = (scale, mean, dev, xp.asarray(scale), xp.asarray(mean))
+            _DEVICE_SCALING[self] = hit
+        return out * hit[3] + hit[4]
 
     def _squash_inputs(self, X):
         """``X`` after ``input_activation`` (a new array for 'sigmoid'; ``X`` itself otherwise)."""
