@@ -545,19 +545,9 @@ __device__ __forceinline__ void cluster_prefetch(ClusterPrefetch& p, const Level
                                                  const int* __restrict__ ell_src, const double* __restrict__ ell_w,
                                                  const double* __restrict__ bias, const double* __restrict__ resp,
                                                  const int* __restrict__ act, const int* __restrict__ out_index) {
+    // nothing is initialised: the level reads entries q < K of a valid item, constants in lane 0
     const int g = tid >> I.shift;
     const int lane = tid & ((1 << I.shift) - 1);
-    p.rr = -1;
-    p.b = 0;
-    p.act = 0;
-    p.oi = -1;
-    p.bias = 0.0;
-    p.resp = 0.0;
-#pragma unroll
-    for (int q = 0; q < CLUSTER_KMAX; ++q) {
-        p.s[q] = -1;
-        p.w[q] = 0.0;
-    }
     if (g < I.R * B) {
         const int rr = B == 1 ? g : g / B;
         p.rr = rr;
@@ -611,7 +601,7 @@ __device__ __forceinline__ void cluster_level(const ClusterPrefetch& p, const Le
 #if CLUSTER == 1
 #pragma unroll
                 for (int q = 0; q < CLUSTER_KMAX; ++q) {
-                    if (p.s[q] >= 0) acc += p.w[q] * sV[p.s[q] * B + b];
+                    if (q < K && p.s[q] >= 0) acc += p.w[q] * sV[p.s[q] * B + b];
                 }
 #else
                 // all loads first (one round trip), then the rare wait for a value not yet stored
@@ -619,19 +609,20 @@ __device__ __forceinline__ void cluster_level(const ClusterPrefetch& p, const Le
                 bool empty = false;
 #pragma unroll
                 for (int q = 0; q < CLUSTER_KMAX; ++q) {
-                    v[q] = p.s[q] >= 0 ? *reinterpret_cast<const volatile long long*>(sV + p.s[q] * B + b) : 0ll;
+                    const bool on = q < K && p.s[q] >= 0;
+                    v[q] = on ? *reinterpret_cast<const volatile long long*>(sV + p.s[q] * B + b) : 0ll;
+                    empty |= on && v[q] == EMPTY_BITS && p.s[q] * B + b >= nis;
                 }
-#pragma unroll
-                for (int q = 0; q < CLUSTER_KMAX; ++q) empty |= v[q] == EMPTY_BITS && p.s[q] * B + b >= nis;
                 if (empty) {
 #pragma unroll
                     for (int q = 0; q < CLUSTER_KMAX; ++q) {
-                        if (p.s[q] >= 0) v[q] = __double_as_longlong(ready_value(sV, p.s[q] * B + b, nis, bar_err));
+                        if (q < K && p.s[q] >= 0)
+                            v[q] = __double_as_longlong(ready_value(sV, p.s[q] * B + b, nis, bar_err));
                     }
                 }
 #pragma unroll
                 for (int q = 0; q < CLUSTER_KMAX; ++q) {
-                    if (p.s[q] >= 0) acc += p.w[q] * __longlong_as_double(v[q]);
+                    if (q < K && p.s[q] >= 0) acc += p.w[q] * __longlong_as_double(v[q]);
                 }
 #endif
             } else {
@@ -670,6 +661,28 @@ __device__ __forceinline__ void cluster_level(const ClusterPrefetch& p, const Le
             if (oi >= 0) out[b * n_out + oi] = val;  // outputs written where computed
         }
     }
+}
+
+// level l from `use` (prefetched), level l + 1 prefetched into `fill` first; false when l was the last
+__device__ __forceinline__ bool cluster_step(const ClusterPrefetch& use, ClusterPrefetch& fill, const LevelInfo* T, int l,
+                                             int n_levels, int tid, unsigned rank, int B, int n_in, int n_out,
+                                             const int* __restrict__ indptr, const int* __restrict__ indices,
+                                             const double* __restrict__ w, const double* __restrict__ bias,
+                                             const double* __restrict__ resp, const int* __restrict__ act,
+                                             const int* __restrict__ out_index, const int* __restrict__ ell_src,
+                                             const double* __restrict__ ell_w, double* sV, double* Vg,
+                                             double* __restrict__ out, double slope, double* red, int* bar_err) {
+    if (l >= n_levels) return false;
+    const bool more = l + 1 < n_levels;
+    if (more) cluster_prefetch(fill, T[l + 1], tid, B, ell_src, ell_w, bias, resp, act, out_index);
+    cluster_level(use, T[l], tid, rank, B, n_in, n_out, indptr, indices, w, bias, resp, act, out_index, ell_src,
+                  ell_w, sV, Vg, out, slope, red, bar_err, l == 0, more);
+    if (l == 0 && n_levels == 1) cluster_arrive();  // (the level stored nothing remote that is read)
+    if (l + 2 == n_levels) cluster_arrive();  // this thread's last remote store that anyone reads is done
+#if CLUSTER == 1
+    if (more) __syncthreads();  // one block: a plain barrier per level measured faster than waiting per value
+#endif
+    return more;
 }
 
 extern "C" __global__ void __launch_bounds__(512) CLUSTER_DIMS
@@ -713,20 +726,15 @@ extern "C" __global__ void __launch_bounds__(512) CLUSTER_DIMS
     __syncthreads();  // table, inputs and EMPTY slots of this block in place
     cluster_arrive();  // ... and, before level 0 stores remotely (cluster_wait), in every block
     const LevelInfo* T = reinterpret_cast<const LevelInfo*>(table);
-    for (int l = 0; l < n_levels; ++l) {
-        const bool more = l + 1 < n_levels;
-        ClusterPrefetch nxt;
-        if (more) cluster_prefetch(nxt, T[l + 1], tid, B, ell_src, ell_w, bias, resp, act, out_index);
-        cluster_level(cur, T[l], tid, rank, B, n_in, n_out, indptr, indices, w, bias, resp, act, out_index,
-                      ell_src, ell_w, sV, Vg, out, slope, red, bar_err, l == 0, more);
-        if (l == 0 && n_levels == 1) cluster_arrive();  // (the level stored nothing remote that is read)
-        if (l + 2 == n_levels) cluster_arrive();  // this thread's last remote store that anyone reads is done
-        if (more) {
-#if CLUSTER == 1
-            __syncthreads();  // one block: a plain barrier per level measured faster than waiting per value
-#endif
-            cur = nxt;
-        }
+    // two prefetch sets used in turn (level l computes from one while level l + 1 loads into
+    // the other): no register copies between levels
+    ClusterPrefetch alt;
+    for (int l = 0; l < n_levels; l += 2) {
+        if (!cluster_step(cur, alt, T, l, n_levels, tid, rank, B, n_in, n_out, indptr, indices, w, bias, resp, act,
+                          out_index, ell_src, ell_w, sV, Vg, out, slope, red, bar_err))
+            break;
+        cluster_step(alt, cur, T, l + 1, n_levels, tid, rank, B, n_in, n_out, indptr, indices, w, bias, resp, act,
+                     out_index, ell_src, ell_w, sV, Vg, out, slope, red, bar_err);
     }
     cluster_wait();  // no block leaves while another may still store into its replica
 }
