@@ -438,22 +438,26 @@ extern "C" __global__ void __launch_bounds__(512) forward_fused_grid(FORWARD_FUS
 //   * Every block keeps a full replica of the node values in shared memory: a gather is a
 //     local shared-memory load. A computed value is stored into the block's own replica
 //     and, through distributed shared memory, into the other blocks' replicas.
-//   * No barrier between levels (CLUSTER > 1): the value is its own ready flag. Every computed slot is
-//     set to EMPTY (a signalling-NaN pattern that arithmetic never produces: results of
-//     NaN operands are the canonical NaN) before the levels start, and a thread that
-//     gathers a computed slot waits until it is no longer EMPTY (aligned 8-byte stores are
-//     single-copy atomic). Threads therefore run ahead level by level as soon as their
-//     inputs exist. The wait is bounded (GRID_BARRIER_TIMEOUT_NS, then the error word is
-//     set and the host raises), so a broken invariant cannot hang the process. One block
-//     (CLUSTER = 1) separates levels with __syncthreads instead: on the 180-level graph of
-//     the benchmark that measured faster (211 against 234 us) than waiting per value.
-//   * Two cluster barriers per launch: after the EMPTY fill (no remote store may land
-//     before it) and at the end (no block may exit while another still stores into it).
+//   * CLUSTER > 1: no barrier between levels; the value is its own ready flag. Every
+//     computed slot is set to EMPTY (a signalling-NaN pattern that arithmetic never
+//     produces: results of NaN operands are the canonical NaN) before the levels start,
+//     and a thread that gathers a computed slot waits until it is no longer EMPTY (aligned
+//     8-byte stores are single-copy atomic). Threads therefore run ahead level by level as
+//     soon as their inputs exist. The wait is bounded (GRID_BARRIER_TIMEOUT_NS, then the
+//     error word is set and the host raises), so a broken invariant cannot hang the
+//     process. Two cluster barriers per launch: after the EMPTY fill (no remote store may
+//     land before it) and at the end (no block may exit while another still stores into
+//     it). One block (CLUSTER = 1) separates levels with __syncthreads instead: on the
+//     benchmark's 180-level graph that measured faster than waiting per value (211 against
+//     234 us in two development versions; docs/performance.md).
 //   * Per thread, every schedule entry of level l + 1 (up to CLUSTER_KMAX, with the node's
 //     bias, response, activation and output slot) is loaded into registers before level l
-//     is computed. The per-level constants come from a host-built table copied into shared
-//     memory; lanes are powers of two (shift and mask, no division). At batch 1 the schedule
-//     address of a thread is off + tid + q * stride (the schedule's (k, row, lane) layout).
+//     is computed, into the one of two prefetch sets that level l does not use (no copies
+//     between levels; the kernel is bound by the instructions of its level loop, not by
+//     memory: see docs/performance.md). The per-level constants come from a host-built
+//     table copied into shared memory; lanes are powers of two (shift and mask, no
+//     division). At batch 1 the schedule address of a thread is off + tid + q * stride
+//     (the schedule's (k, row, lane) layout).
 //   * Rows longer than CLUSTER_KMAX x lanes continue through the CSR arrays; items beyond
 //     the first round (more items than threads) read the schedule directly.
 // Dynamic shared memory: n_levels x 32 bytes of level table, then (n_in + n_computed) x B
