@@ -9,7 +9,6 @@ functions). The dense phase of ``'prune'`` is written against ``xp`` (NumPy or C
 from __future__ import annotations
 
 import warnings
-import weakref
 from numbers import Integral, Real
 
 import numpy as np
@@ -40,10 +39,6 @@ from ._activations import (
 from ._graph import SparseGraph, engine
 from ._graph_build import build_random_dag, graph_nbytes, n_candidate_pairs, random_dag_nbytes
 from ._sparsenet_train import SGD, Adam, DenseMasked, SparseModel
-
-#: Fitted regressor -> (host scale, host mean, device id, device scale, device mean); the
-#: host arrays are held so that a new fit's arrays never match a stale entry.
-_DEVICE_SCALING: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 __all__ = ["SparseNetRegressor"]
 
@@ -492,18 +487,12 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
 
     def _unscale(self, out):
         """``out * scale + mean``: the targets' standardisation undone (two operations, as on
-        the host). On the GPU the device copies of scale and mean are cached per fitted
-        scaling and device, so a small prediction pays no host-to-device copies for them."""
-        scale, mean = self._y_scale, self._y_mean
-        xp = array_module(out)
-        if xp is np:
-            return out * scale + mean
-        dev = out.device.id
-        hit = _DEVICE_SCALING.get(self)
-        if hit is None or hit[0] is not scale or hit[1] is not mean or hit[2] != dev:
-            hit = (scale, mean, dev, xp.asarray(scale), xp.asarray(mean))
-            _DEVICE_SCALING[self] = hit
-        return out * hit[3] + hit[4]
+        the host). On the GPU the device copies of scale and mean come from
+        :meth:`_device_copy` (cached until refit), so a small prediction pays no
+        host-to-device copies for them."""
+        if array_module(out) is np:
+            return out * self._y_scale + self._y_mean
+        return out * self._device_copy("_y_scale") + self._device_copy("_y_mean")
 
     def _squash_inputs(self, X):
         """``X`` after ``input_activation`` (a new array for 'sigmoid'; ``X`` itself otherwise)."""
