@@ -431,6 +431,35 @@ def test_connections_are_uniform_distinct_sorted_subsets():
     np.testing.assert_array_equal(full, np.tile(np.arange(4), (5, 1)))
 
 
+def _floyd_reference(rng, n_units, d, s, block):
+    """Floyd's sampling unit by unit with a Python set, the draws in the order the
+    vectorised sampler makes them (per block of rows, column after column)."""
+    out = np.empty((n_units, s), dtype=np.int32)
+    for start in range(0, n_units, block):
+        n = min(n_units, start + block) - start
+        draws = [rng.randint(0, j + 1, size=n) for j in range(d - s, d)]
+        for r in range(n):
+            chosen = set()
+            for i, j in enumerate(range(d - s, d)):
+                t = int(draws[i][r])
+                chosen.add(j if t in chosen else t)
+            out[start + r] = sorted(chosen)
+    return out
+
+
+@pytest.mark.parametrize("chunk_bytes", [7, 64, 1 << 20])
+def test_connection_draw_does_not_depend_on_its_chunking(chunk_bytes, monkeypatch):
+    """The membership mask is processed in chunks of rows (cache-sized); any chunking
+    gives the per-unit Floyd draw of the same random stream."""
+    from sknn_gpu.fly import _flyhash
+
+    monkeypatch.setattr(_flyhash, "_DRAW_BLOCK_BYTES", 64)  # blocks of 512 // d rows: several
+    monkeypatch.setattr(_flyhash, "_DRAW_CHUNK_BYTES", chunk_bytes)
+    n, d, s = 301, 9, 5
+    got = _flyhash._draw_connections(np.random.RandomState(11), n, d, s)
+    np.testing.assert_array_equal(got, _floyd_reference(np.random.RandomState(11), n, d, s, 512 // d))
+
+
 # ------------------------------------------------------ sparse input, verbose (issue 17)
 def _order_sensitive_csr(rng, n, d, density):
     """CSR rows whose float32 sums depend on the order of the additions (magnitudes 1e-6..1e6),
