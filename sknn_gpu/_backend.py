@@ -383,7 +383,17 @@ def _fmt_bytes(n) -> str:
     return f"{n:.1f} TiB"  # pragma: no cover
 
 
-def check_memory(n_bytes: int, device: str, what: str = "this operation", headroom: float = 0.9) -> None:
+#: Work of at most this many bytes on a device is not checked against free memory by the
+#: estimators' per-call paths (``check_memory(..., floor=SMALL_WORK_BYTES)``): it cannot be
+#: oversize on any machine that runs them, and the free-memory query (``/proc/meminfo``, the
+#: CUDA driver and the memory pool: 20-80 us) would dominate a small call. An allocation
+#: that still fails raises CuPy's or NumPy's MemoryError, which the estimators report.
+SMALL_WORK_BYTES = 16 << 20
+
+
+def check_memory(
+    n_bytes: int, device: str, what: str = "this operation", headroom: float = 0.9, floor: int = 0
+) -> None:
     """Refuse work before allocating when ``n_bytes`` will not fit on ``device``.
 
     Parameters
@@ -396,6 +406,9 @@ def check_memory(n_bytes: int, device: str, what: str = "this operation", headro
         Description used in the error message.
     headroom : float
         Fraction of the free memory that may be used.
+    floor : int, default=0
+        Work of at most ``floor`` bytes passes without asking for the free memory
+        (see :data:`SMALL_WORK_BYTES`).
 
     Raises
     ------
@@ -405,6 +418,8 @@ def check_memory(n_bytes: int, device: str, what: str = "this operation", headro
     n_bytes = int(n_bytes)
     if n_bytes < 0:
         raise ValueError(f"n_bytes must be non-negative, got {n_bytes}.")
+    if n_bytes <= floor:
+        return n_bytes
     avail = free_memory(device)
     if n_bytes > headroom * avail:
         raise InsufficientMemoryError(

@@ -422,3 +422,16 @@ def test_free_memory_honours_a_memory_pool_limit_and_work_is_refused_before_allo
     finally:
         pool.set_limit(size=0)
         del keep
+
+
+def test_check_memory_skips_the_query_for_work_up_to_its_floor(monkeypatch):
+    import sknn_gpu._backend as backend
+
+    calls = []
+    monkeypatch.setattr(backend, "free_memory", lambda device: calls.append(device) or 1000)
+    assert backend.check_memory(4096, "cpu", floor=4096) == 4096 and calls == []
+    with pytest.raises(backend.InsufficientMemoryError, match="needs 4097 bytes"):
+        backend.check_memory(4097, "cpu", floor=4096)
+    assert calls == ["cpu"]
+    with pytest.raises(backend.InsufficientMemoryError):
+        backend.check_memory(4096, "cpu")  # no floor: always asked

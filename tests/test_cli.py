@@ -203,11 +203,11 @@ def test_input_directory_is_refused(tmp_path, capsys, no_compute):
     assert status == 1 and "is a directory, not an image file" in err
 
 
-def test_image_too_large_for_memory_is_refused_from_its_header(
-    png, tmp_path, capsys, monkeypatch, no_compute
-):
+def test_image_too_large_for_memory_is_refused_from_its_header(tmp_path, capsys, monkeypatch, no_compute):
     import sknn_gpu._backend as backend
 
+    png = tmp_path / "large.png"  # 27 MB estimated: above the 16 MiB that is never checked
+    Image.fromarray(np.zeros((512, 512), dtype=np.uint8)).save(png)
     monkeypatch.setattr(backend, "free_memory", lambda device: 100_000)
 
     def no_decode(im, path):
@@ -215,7 +215,7 @@ def test_image_too_large_for_memory_is_refused_from_its_header(
 
     monkeypatch.setattr(cli, "_read_pixels", no_decode)
     status, _, err = run(["halftone", png, tmp_path / "out.png", "--device", "cpu"], capsys)
-    assert status == 1 and "halftoning images of shape (48, 48)" in err
+    assert status == 1 and "halftoning images of shape (512, 512)" in err
     assert "bytes" in err and "are free" in err
 
 

@@ -323,6 +323,8 @@ def test_size_estimate_scales_with_pixels_and_channels():
     assert rgba == CPU_BYTES_PER_PIXEL * 3 * 100 * 200 + 2 * 4 * 100 * 200
     host, dev = halftone_bytes(image_layout((100, 200)), np.float32, "cuda")
     assert dev > 90 * 100 * 200 and 0 < host < dev
+    _, dev_transform = halftone_bytes(image_layout((100, 200)), np.float32, "cuda", energy=False)
+    assert 14 * 100 * 200 < dev_transform < dev / 2  # no energy temporaries
 
 
 # ------------------------------------------------------------------------ errors
@@ -422,7 +424,23 @@ def test_oversize_work_is_refused_before_allocating(rng, monkeypatch):
 
     monkeypatch.setattr(backend, "free_memory", lambda device: 10_000)
     with pytest.raises(backend.InsufficientMemoryError, match="halftoning images of shape"):
-        DTCNNHalftoner(device="cpu").fit(rng.random((64, 64)))
+        DTCNNHalftoner(device="cpu").fit(rng.random((512, 512)))  # 27 MB estimated: checked
+
+
+def test_small_work_does_not_ask_for_the_free_memory(rng, monkeypatch):
+    """Below SMALL_WORK_BYTES the free-memory query (tens of us) is skipped; above it, asked."""
+    import sknn_gpu._backend as backend
+    from sknn_gpu.halftone._images import CPU_BYTES_PER_PIXEL
+
+    def no_query(device):
+        raise AssertionError("free memory queried for small work")
+
+    monkeypatch.setattr(backend, "free_memory", no_query)
+    ht = DTCNNHalftoner(device="cpu", max_iter=2).fit(rng.random((64, 64)))
+    ht.transform(rng.random((32, 48)))
+    side = int(np.sqrt(backend.SMALL_WORK_BYTES / CPU_BYTES_PER_PIXEL)) + 2
+    with pytest.raises(AssertionError, match="free memory queried"):
+        ht.transform(np.full((side, side), 0.5))
 
 
 # ------------------------------------------------------------------------ verbose
@@ -565,16 +583,26 @@ def test_gpu_reports_groups_of_images_with_the_same_bits(caplog, monkeypatch, rn
 
 # ------------------------------------------------------------------------ failure half-way
 def _fail_on_call(monkeypatch, module, k):
-    """Make the engine's run_async raise MemoryError on its k-th call (as a GPU OOM would)."""
+    """Make the engine's k-th sweeping call raise MemoryError (as a GPU OOM would).
+
+    Sweeping calls are run_async and, on the CUDA engine, the replay of a planned
+    configuration (``_Plan.run``, which a repeated transform uses instead).
+    """
     real, calls = module.run_async, []
 
-    def failing(*args, **kwargs):
-        calls.append(1)
-        if len(calls) == k:
-            raise MemoryError("simulated out-of-memory in the middle of the sweeps")
-        return real(*args, **kwargs)
+    def failing(real_call):
+        def call(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == k:
+                raise MemoryError("simulated out-of-memory in the middle of the sweeps")
+            return real_call(*args, **kwargs)
 
-    monkeypatch.setattr(module, "run_async", failing)
+        return call
+
+    monkeypatch.setattr(module, "run_async", failing(real))
+    plan = getattr(module, "_Plan", None)
+    if plan is not None:
+        monkeypatch.setattr(plan, "run", failing(plan.run))
     return real
 
 
@@ -795,3 +823,116 @@ def test_cupy_in_cupy_out_and_large_image_parity(rng):
     out_gpu = DTCNNHalftoner(device="cuda").fit_transform(cp.asarray(img))
     assert isinstance(out_gpu, cp.ndarray) and out_gpu.dtype == cp.uint8
     np.testing.assert_array_equal(out_gpu.get(), DTCNNHalftoner(device="cpu").fit_transform(img))
+
+
+# ------------------------------------------------------- planned transform (issue 14)
+def test_counter_offsets_match_the_split_views():
+    """The planned launches address the counters by byte offset; the same places as the views."""
+    for n, max_iter in ((1, 1), (1, 30), (3, 7), (64, 30)):
+        words = dtc._counter_offsets(n, max_iter)[1]
+        buf = np.zeros(words, dtype=np.uint64)
+        assert dtc._counters(n, max_iter, np).shape == (words,)
+        base = buf.__array_interface__["data"][0]
+        views = dtc._split_counters(buf, n, max_iter)
+        got = tuple(v.__array_interface__["data"][0] - base for v in views)
+        assert got == dtc._counter_offsets(n, max_iter)[0]
+        end = views[4].__array_interface__["data"][0] - base + 4
+        assert end <= 8 * words  # the error word is inside the buffer
+
+
+def test_cpu_engine_halftone_is_prepare_then_run_async(rng):
+    img = smooth_image(rng, (30, 34))[None]
+    tm = DTCNNHalftoner(device="cpu").fit(img[0]).templates_
+    net = cpu_engine.prepare(img, tm, 2, "zero", None)
+    want = cpu_engine.run_async(net, 30, 8, np.float64)
+    got = cpu_engine.halftone(img, tm, 2, "zero", None, 30, 8, np.float64)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.uint8, np.float32, np.float64])
+@pytest.mark.parametrize(
+    "params",
+    [dict(), dict(levels=3, boundary="reflect", first_sweep_spacing=None), dict(class_spacing=7, max_iter=3)],
+    ids=["default", "levels3-reflect", "spacing7"],
+)
+def test_gpu_planned_transform_is_bit_identical_and_replayed(dtype, params, rng, monkeypatch):
+    """The second call of a configuration replays its launch records; every call gives the
+    CPU engine's output, flips and energy changes, for NumPy and CuPy stacks of 1 and 3."""
+    import cupy as cp
+
+    for n in (1, 3):
+        stk = np.stack([smooth_image(rng, (37, 45)) for _ in range(n)])
+        if dtype == np.uint8:
+            stk = (stk * 255).round().astype(np.uint8)
+        stk = stk.astype(dtype)
+        ht = DTCNNHalftoner(device="cpu", **params).fit(stk[0])
+        first, spacing = ht._spacings()
+        args = (ht.templates_, int(ht.levels), ht.boundary, None, int(ht.max_iter), first, stk.dtype)
+        want = cpu_engine.halftone(stk, *args, spacing=spacing)
+        for call in range(3):
+            if call == 2:  # the plan exists: nothing of the unplanned path runs
+
+                def unplanned(*a, **k):
+                    raise AssertionError("the planned call went through prepare")
+
+                monkeypatch.setattr(dtc, "prepare", unplanned)
+            x = cp.asarray(stk) if call != 1 else stk
+            out, flips, de2 = dtc.halftone(x, *args, spacing=spacing)
+            np.testing.assert_array_equal(out.get(), want[0])
+            np.testing.assert_array_equal(flips, want[1])
+            np.testing.assert_array_equal(de2, want[2])
+        monkeypatch.undo()
+        assert any(key[1] == stk.shape for key in dtc._PLANS.records)
+
+
+@pytest.mark.cuda
+def test_gpu_transform_of_a_refitted_estimator_uses_its_new_templates(rng):
+    """A plan belongs to one set of fitted templates: a refit with another sigma replans."""
+    import cupy as cp
+
+    img = cp.asarray((smooth_image(rng, (40, 44)) * 255).round().astype(np.uint8))
+    ht = DTCNNHalftoner(device="cuda", sigma=1.2)
+    for sigma in (1.2, 2.0, 1.2):
+        ht.set_params(sigma=sigma).fit(img)
+        cpu = DTCNNHalftoner(device="cpu", sigma=sigma).fit(img.get())
+        for _ in range(2):
+            np.testing.assert_array_equal(ht.transform(img).get(), cpu.transform(img.get()))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "params", [dict(), dict(radius=7, levels=3, first_sweep_spacing=None)], ids=["default", "r7"]
+)
+def test_gpu_batch_row_blocks_give_the_same_bits(params, rng, monkeypatch):
+    """Batches run the row kernel with smaller blocks, more per SM (a GPU of one SM here, so
+    a small batch takes that launch); the halftones and counters stay the CPU's."""
+    one_sm = dtc.device_limits()._replace(sm_count=1)
+    monkeypatch.setattr(dtc, "device_limits", lambda: one_sm)
+    batch = np.stack([smooth_image(rng, (41, 150)) for _ in range(6)])
+    r = DTCNNHalftoner(device="cpu", **params).fit(batch[0]).templates_["radius"]
+    defines = dtc._defines(r, 2, batch.shape)
+    assert defines["RT"] == dtc._ROWS_BATCH_THREADS
+    assert dtc._rows_block(batch.shape, r)[1] == dtc._ROWS_BATCH_BLOCKS_PER_SM
+    cpu = DTCNNHalftoner(device="cpu", **params).fit(batch)
+    gpu = DTCNNHalftoner(device="cuda", **params).fit(batch)
+    np.testing.assert_array_equal(cpu.flips_, gpu.flips_)
+    for _ in range(2):  # unplanned, then replayed
+        np.testing.assert_array_equal(gpu.transform(batch), cpu.transform(batch))
+
+
+def test_row_blocks_switch_to_batch_blocks_only_for_large_groups(monkeypatch):
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(dtc, "device_limits", lambda: SimpleNamespace(sm_count=132))  # an H100
+    single = (dtc._ROWS_THREADS, dtc._ROWS_BLOCKS_PER_SM)
+    batch = (dtc._ROWS_BATCH_THREADS, dtc._ROWS_BATCH_BLOCKS_PER_SM)
+    assert dtc._rows_block(None, 4) == single
+    assert dtc._rows_block((1, 512, 512), 4) == single  # 103 rows a class-row group
+    assert dtc._rows_block((16, 512, 512), 4) == single  # 1,648 < 16 x 132
+    assert dtc._rows_block((64, 512, 512), 4) == batch  # 6,592
+    assert dtc._defines(4, 2, (1, 512, 512))["RT"] == dtc._ROWS_THREADS
+    assert dtc._defines(4, 2, (64, 512, 512))["RT"] == dtc._ROWS_BATCH_THREADS
+    assert dtc._defines(4, 2, (64, 512, 512))["CPT"] == 4  # 128 threads x 4 columns span a row
+    assert dtc._defines(4, 2, (1, 512, 512))["CPT"] == 2

@@ -12,7 +12,7 @@ import numpy as np
 
 from ._fixed_point import Network, initial_state, input_state, state_energy2, state_to_output
 
-__all__ = ["prepare", "energy2", "run_async", "run_sync", "conv", "decide"]
+__all__ = ["prepare", "halftone", "energy2", "run_async", "run_sync", "conv", "decide"]
 
 
 def _reflect_index(n, r):
@@ -78,6 +78,16 @@ def prepare(stk, tm, m, boundary, thr):
     Z = initial_state(U, Zu, thr, m, np)
     r = tm["radius"]
     return Network(Z, Zu, b, A, A, tm["gain_int"], int(A[r, r]), m)
+
+
+def halftone(stk, tm, m, boundary, thr, max_iter, first_spacing, out_dtype, spacing=None):
+    """:func:`prepare` then :func:`run_async` without progress reports: ``(out, flips, de2)``.
+
+    The CUDA engine's twin keeps the launches of a repeated configuration; here it is
+    just the two calls.
+    """
+    net = prepare(stk, tm, m, boundary, thr)
+    return run_async(net, max_iter, first_spacing, out_dtype, spacing=spacing)
 
 
 def energy2(net, Z):

@@ -37,6 +37,10 @@ CPU_BYTES_PER_PIXEL = 104
 #: Device bytes per pixel in the CUDA engine: U, Zu, b (int32), the state (int16) and
 #: the int64 temporaries of the exact energy (about 70) that fit computes.
 CUDA_BYTES_PER_PIXEL = 96
+#: The same without the energy (``transform``): U, Zu, b and the state (14), plus the
+#: generic conversions' int32/float64 temporaries (dtypes without a one-pass kernel) or
+#: 'sync''s two state copies. Rounded up.
+CUDA_TRANSFORM_BYTES_PER_PIXEL = 32
 #: Host bytes per pixel of the CUDA engine: the random initial thresholds (int32).
 CUDA_HOST_BYTES_PER_PIXEL = 4
 
@@ -257,7 +261,7 @@ def output_dtype(dtype):
     return dtype if dtype == np.uint8 or dtype.kind == "f" else np.dtype(np.float64)
 
 
-def halftone_bytes(lay, dtype, device, input_on_device=False):
+def halftone_bytes(lay, dtype, device, input_on_device=False, energy=True):
     """Host and device bytes that halftoning images of layout ``lay`` and ``dtype`` needs.
 
     The one size estimate of DTCNNHalftoner (``fit``, ``transform`` and the command
@@ -273,6 +277,9 @@ def halftone_bytes(lay, dtype, device, input_on_device=False):
         The resolved device.
     input_on_device : bool, default=False
         Whether the images are already on the GPU (CuPy).
+    energy : bool, default=True
+        Whether the exact energy is computed (``fit``); its temporaries dominate the
+        GPU's share.
 
     Returns
     -------
@@ -285,7 +292,8 @@ def halftone_bytes(lay, dtype, device, input_on_device=False):
     reassembly = 2 * out_item * elems if lay.axis is not None else 0  # channel moves, alpha
     if device == "cpu":
         return CPU_BYTES_PER_PIXEL * pixels + reassembly, 0
-    dev = CUDA_BYTES_PER_PIXEL * pixels + out_item * elems + reassembly
+    per_pixel = CUDA_BYTES_PER_PIXEL if energy else CUDA_TRANSFORM_BYTES_PER_PIXEL
+    dev = per_pixel * pixels + out_item * elems + reassembly
     if not input_on_device:
         dev += np.dtype(dtype).itemsize * elems
     host = CUDA_HOST_BYTES_PER_PIXEL * pixels + (0 if input_on_device else out_item * elems)

@@ -19,6 +19,7 @@ from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 from .._backend import (
+    SMALL_WORK_BYTES,
     array_module,
     check_memory,
     get_xp,
@@ -55,9 +56,6 @@ Y_MAX = 1e100
 
 #: Node values per predict chunk (bytes): predictions run in row chunks of at most this.
 PREDICT_CHUNK_BYTES = 256 << 20
-
-#: Work below this many bytes (per device) skips the free-memory query.
-SMALL_WORK_BYTES = 16 << 20
 
 
 # --------------------------------------------------------------------------- the estimator
@@ -476,8 +474,8 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         if self.device_ == "cpu":
             parts = [("cpu", need["host"] + need["device"], what)]
         for device, n_bytes, label in parts:
-            if n_bytes > SMALL_WORK_BYTES:
-                check_memory(n_bytes, device, f"{label} (weights, optimizer state, activations per batch)")
+            label = f"{label} (weights, optimizer state, activations per batch)"
+            check_memory(n_bytes, device, label, floor=SMALL_WORK_BYTES)
 
     # ------------------------------------------------------------------ internals
     def _set_graph(self, graph):
