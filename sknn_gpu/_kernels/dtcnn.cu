@@ -562,22 +562,31 @@ async_rows(short* __restrict__ Z, const int* __restrict__ b, const int* __restri
                 // 1. S = b + off-centre rows, chunk by chunk through shared memory.
                 for (int c0 = 0; c0 < W; c0 += chunk) {
                     const int cw = min(chunk, W - c0);
-                    for (int base = tid; base < KW * SW; base += RT * RLOAD) {
-                        short v[RLOAD];
+                    // Stage the 2 RAD neighbour rows (S skips the centre row) of columns
+                    // c0 - RAD .. c0 + cw + RAD - 1: a thread takes a column and loads up to
+                    // RLOAD rows of it at once. No division: an earlier loop over the flat
+                    // (row, column) index divided by SW per value and issued about half of
+                    // the kernel's instructions (ncu, 64 x 512^2).
+                    for (int j = tid; j < SW; j += RT) {
+                        const int px = c0 + j - RAD;
+                        const bool col_ok = px >= 0 && px < W;
+                        const long long at = (long long)(y - RAD) * W + px;  // row y - RAD, column px
 #pragma unroll
-                        for (int u = 0; u < RLOAD; ++u) {
-                            const int idx = base + u * RT;
-                            const int dy = idx / SW;
-                            const int yy = y + dy - RAD;
-                            const int px = c0 + (idx - dy * SW) - RAD;
-                            v[u] = 0;
-                            if (idx < KW * SW && dy != RAD && yy >= 0 && yy < H && px >= 0 && px < W)
-                                v[u] = __ldcg(Zn + (size_t)yy * W + px);
-                        }
+                        for (int d0 = 0; d0 < KW; d0 += RLOAD) {
+                            short v[RLOAD];
 #pragma unroll
-                        for (int u = 0; u < RLOAD; ++u) {
-                            const int idx = base + u * RT;
-                            if (idx < KW * SW) stage[idx] = v[u];
+                            for (int u = 0; u < RLOAD; ++u) {
+                                const int dy = d0 + u;
+                                const int yy = y + dy - RAD;
+                                v[u] = 0;
+                                if (dy < KW && dy != RAD && col_ok && yy >= 0 && yy < H)
+                                    v[u] = __ldcg(Zn + at + (long long)dy * W);
+                            }
+#pragma unroll
+                            for (int u = 0; u < RLOAD; ++u) {
+                                const int dy = d0 + u;
+                                if (dy < KW && dy != RAD) stage[dy * SW + j] = v[u];
+                            }
                         }
                     }
                     __syncthreads();
