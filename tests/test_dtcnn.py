@@ -926,8 +926,8 @@ def test_row_blocks_switch_to_batch_blocks_only_for_large_groups(monkeypatch):
     from types import SimpleNamespace
 
     monkeypatch.setattr(dtc, "device_limits", lambda: SimpleNamespace(sm_count=132))  # an H100
-    single = (dtc._ROWS_THREADS, dtc._ROWS_BLOCKS_PER_SM)
-    batch = (dtc._ROWS_BATCH_THREADS, dtc._ROWS_BATCH_BLOCKS_PER_SM)
+    single = (dtc._ROWS_THREADS, dtc._ROWS_BLOCKS_PER_SM, 1)
+    batch = (dtc._ROWS_BATCH_THREADS, dtc._ROWS_BATCH_BLOCKS_PER_SM, dtc._ROWS_BATCH_BLOCKS_PER_SM)
     assert dtc._rows_block(None, 4) == single
     assert dtc._rows_block((1, 512, 512), 4) == single  # 103 rows a class-row group
     assert dtc._rows_block((16, 512, 512), 4) == single  # 1,648 < 16 x 132
@@ -935,4 +935,6 @@ def test_row_blocks_switch_to_batch_blocks_only_for_large_groups(monkeypatch):
     assert dtc._defines(4, 2, (1, 512, 512))["RT"] == dtc._ROWS_THREADS
     assert dtc._defines(4, 2, (64, 512, 512))["RT"] == dtc._ROWS_BATCH_THREADS
     assert dtc._defines(4, 2, (64, 512, 512))["CPT"] == 4  # 128 threads x 4 columns span a row
+    assert dtc._defines(4, 2, (64, 512, 512))["RMINB"] == dtc._ROWS_BATCH_BLOCKS_PER_SM
+    assert dtc._defines(4, 2, (1, 512, 512))["RMINB"] == 1
     assert dtc._defines(4, 2, (1, 512, 512))["CPT"] == 2

@@ -497,6 +497,9 @@ sparse_fused(short* __restrict__ Z, const int* __restrict__ b, const int* __rest
 #ifndef CPT
 #define CPT 4  // columns per thread in the off-centre sum (2 for narrow rows: more threads)
 #endif
+#ifndef RMINB
+#define RMINB 1  // blocks per SM the compiler must leave registers for (the host's per-SM target)
+#endif
 #ifndef RLOAD
 #define RLOAD 8  // independent loads per thread in flight when staging the neighbour rows
 #endif
@@ -521,7 +524,7 @@ __device__ __forceinline__ void row_cell(const int x, const int* ca, short* row,
 
 // Grid: a persistent 1-D grid of RT-thread blocks, all resident. Dynamic shared
 // memory: 4 W + 2 (W + 2 RAD) + 2 KW (chunk + 2 RAD) bytes; chunk % CPT == 0.
-extern "C" __global__ void __launch_bounds__(RT)
+extern "C" __global__ void __launch_bounds__(RT, RMINB)
 async_rows(short* __restrict__ Z, const int* __restrict__ b, const int* __restrict__ A,
            const int N, const int H, const int W, const long long gain, const int a_c,
            int* __restrict__ flips, u64* __restrict__ de2, int* __restrict__ totals,

@@ -68,11 +68,14 @@ _ROWS_CPT2_MAX_WIDTH = 2 * _ROWS_THREADS
 _ROWS_BLOCKS_PER_SM = 4
 #: Batches: when the largest class-row group has at least this many rows per SM, the
 #: row kernel runs smaller blocks, more of them per SM (more rows waiting on memory at
-#: once). H100 scratch sweep (2026-11-25): 64 x 512^2 4.59 ms with 128 x 8 against
-#: 5.89 ms with 256 x 4; one 512^2 image 0.69 against 0.65 ms, 4096^2 even.
+#: once), its registers capped (__launch_bounds__ minimum, define RMINB) so that they
+#: fit. H100 scratch sweeps (2026-11-25), 64 x 512^2: 3.65 ms with 128 x 8 against 4.44
+#: ms with 256 x 4; 128 x 9 (56 registers, 1,188 blocks: one row each in the wide first
+#: sweep's 1,088-row groups) 3.35 ms, x 10 3.42, x 12 3.47. Single images are faster with
+#: 256 x 4 (512^2 0.62 against 0.65 ms, 4096^2 10.8 against 12.2 ms), so only batches switch.
 _ROWS_BATCH_ROWS_PER_SM = 16
 _ROWS_BATCH_THREADS = 128
-_ROWS_BATCH_BLOCKS_PER_SM = 8
+_ROWS_BATCH_BLOCKS_PER_SM = 9
 
 #: One-pass conversion kernels (dtcnn.cu) by input / output dtype; others use CuPy ops.
 _PREP_KERNELS = {
@@ -118,20 +121,22 @@ def _defines(r, m, shape=None, spacing=None):
             ty = 1
     # Row schedule: 2 columns per thread in the off-centre sums of rows up to 512
     # columns (all threads busy, shorter dependent chains), else 4 (fewer loads).
-    rt = _rows_block(shape, r)[0]
+    rt, _, minb = _rows_block(shape, r)
     cpt = 2 if shape is not None and shape[2] * _ROWS_THREADS <= _ROWS_CPT2_MAX_WIDTH * rt else 4
     tiles = int(_tiles_fit(r, p))
-    return {"RAD": r, "LEVELS": m, "PER": p, "TX": 32, "TY": ty, "CPT": cpt, "TILES": tiles, "RT": rt}
+    defines = {"RAD": r, "LEVELS": m, "PER": p, "TX": 32, "TY": ty, "CPT": cpt, "TILES": tiles}
+    return {**defines, "RT": rt, "RMINB": minb}
 
 
 def _rows_block(shape, r):
-    """(threads per block, most blocks per SM) of the row kernel for a stack of ``shape``."""
+    """(threads per block, most blocks per SM, blocks per SM the kernel's registers must
+    allow: define RMINB) of the row kernel for a stack of ``shape``."""
     if shape is not None:
         n, h, _ = shape
         rows = n * ((h + r) // (r + 1))  # of the largest class-row group
         if rows >= _ROWS_BATCH_ROWS_PER_SM and rows >= _ROWS_BATCH_ROWS_PER_SM * device_limits().sm_count:
-            return _ROWS_BATCH_THREADS, _ROWS_BATCH_BLOCKS_PER_SM
-    return _ROWS_THREADS, _ROWS_BLOCKS_PER_SM
+            return _ROWS_BATCH_THREADS, _ROWS_BATCH_BLOCKS_PER_SM, _ROWS_BATCH_BLOCKS_PER_SM
+    return _ROWS_THREADS, _ROWS_BLOCKS_PER_SM, 1
 
 
 def _tiles_fit(r, p):
