@@ -327,6 +327,25 @@ def test_predict_skips_sklearn_checks_only_for_input_they_would_pass_unchanged(m
         reg.predict(Xt[:, :5])
 
 
+def test_predict_size_estimate_follows_the_fitted_graph(rng):
+    """predict's estimate reads the graph's widths from a per-graph cache: a prune or refit
+    (a new graph_) is seen at once."""
+    from sknn_gpu.sparse._sparsenet import _plan_widths
+
+    X, y, Xt, _ = friedman(rng, n=120)
+    reg = SparseNetRegressor(n_hidden=30, density=0.5, max_iter=2, random_state=0, device="cpu").fit(X, y)
+
+    def expected():
+        n_nodes, n_edges, widest = _plan_widths(reg.graph_)
+        values = 8 * n_nodes * 7 + 8 * 4 * widest * 7  # 7 rows: node values and CPU temporaries
+        return 2 * 8 * 7 * (10 + 1) + values + 64 * (n_edges + n_nodes)
+
+    first = reg._memory_estimate(7, 10, 1, fit=False)["device"]
+    assert first == expected() and reg._memory_estimate(7, 10, 1, fit=False)["device"] == first
+    reg.prune(0.5)
+    assert reg._memory_estimate(7, 10, 1, fit=False)["device"] == expected() < first
+
+
 @pytest.mark.cuda
 def test_gpu_predict_caches_the_target_scaling_per_fit(rng):
     import cupy as cp
@@ -338,8 +357,10 @@ def test_gpu_predict_caches_the_target_scaling_per_fit(rng):
         reg.fit(X, target)
         cpu = SparseNetRegressor(device="cpu", **kw).fit(X, target).predict(Xt)
         for _ in range(2):  # the second call uses the cached device copies
-            np.testing.assert_allclose(reg.predict(Xt), cpu, rtol=1e-5, atol=1e-8)
-            np.testing.assert_allclose(reg.predict(cp.asarray(Xt)).get(), cpu, rtol=1e-5, atol=1e-8)
+            host, dev = reg.predict(Xt), reg.predict(cp.asarray(Xt)).get()
+            np.testing.assert_allclose(host, cpu, rtol=1e-5, atol=1e-8)
+            # NumPy rows are unscaled on the host, CuPy rows on the GPU: the same two operations
+            np.testing.assert_array_equal(host, dev)
 
 
 @pytest.mark.cuda

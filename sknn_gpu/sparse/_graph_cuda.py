@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import check_memory, device_limits, get_cupy
+from .._backend import SMALL_WORK_BYTES, check_memory, device_limits, get_cupy
 from .._kernels import check_barrier_error, get_function
 from .._kernels._launch import Launch, LaunchTable
 
@@ -591,8 +591,7 @@ def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_
         cfg = _exec_config(d, B, executor)
     if d["bar_err_np"][0]:  # a grid barrier of an earlier launch timed out (host-mapped: no copy)
         _barrier_failed(d)
-    if cfg["need"] > (16 << 20):  # small work cannot be oversize; skip the driver query on the latency path
-        check_memory(cfg["need"], "cuda", "SparseGraph forward (node values)")
+    check_memory(cfg["need"], "cuda", "SparseGraph forward (node values)", floor=SMALL_WORK_BYTES)
     out = cp.empty((B, d["n_out"]), dtype=cp.float64)
     if keep_values:
         V = cp.empty((d["n_slots"], B), dtype=cp.float64)
