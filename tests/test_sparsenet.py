@@ -328,7 +328,7 @@ def test_predict_skips_sklearn_checks_only_for_input_they_would_pass_unchanged(m
 
 
 def test_predict_size_estimate_follows_the_fitted_graph(rng):
-    """predict's estimate reads the graph's widths from a per-graph cache: a prune or refit
+    """predict's estimate reads the widest level from the graph's plan: a prune or refit
     (a new graph_) is seen at once."""
     from sknn_gpu.sparse._sparsenet import _plan_widths
 
@@ -341,7 +341,7 @@ def test_predict_size_estimate_follows_the_fitted_graph(rng):
         return 2 * 8 * 7 * (10 + 1) + values + 64 * (n_edges + n_nodes)
 
     first = reg._memory_estimate(7, 10, 1, fit=False)["device"]
-    assert first == expected() and reg._memory_estimate(7, 10, 1, fit=False)["device"] == first
+    assert first == expected() and reg.graph_.plan["widest"] == int(reg.graph_.level_sizes.max())
     reg.prune(0.5)
     assert reg._memory_estimate(7, 10, 1, fit=False)["device"] == expected() < first
 

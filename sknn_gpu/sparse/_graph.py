@@ -515,6 +515,7 @@ class SparseGraph:
             "t_indptr": t_indptr,
             "t_perm": tperm,  # transposed position -> plan edge
             "t_rows": row_of_edge[tperm],
+            "widest": int(np.diff(level_ptr).max(initial=1)),  # nodes of the widest level
             "out_slots": slot[self.output_ids].astype(np.int32),
             "out_index": _out_index(slot[self.output_ids] - n_in, comp.size),
             "act": self.activations[comp].astype(np.int32),

@@ -61,7 +61,7 @@ PREDICT_CHUNK_BYTES = 256 << 20
 # --------------------------------------------------------------------------- the estimator
 def _plan_widths(g):
     """(n_nodes, n_edges, widest level) of a graph: the plan's widths once it is built."""
-    return g.n_nodes, g.n_edges, int(g.level_sizes.max(initial=1)) if g._plan is not None else g.n_nodes
+    return g.n_nodes, g.n_edges, g._plan["widest"] if g._plan is not None else g.n_nodes
 
 
 class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
@@ -430,8 +430,8 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             return values + (8 * 4 * widest * batch + gather if cpu else 0)
 
         if not fit:  # X on the device and the predictions, node values of one chunk
-            # the fitted graph's widths, computed once per graph (a one-row predict feels ~20 us)
-            n_nodes, n_edges, widest = self._derived(("plan widths",), self.graph_, _plan_widths)
+            # the widest level is kept with the graph's plan (a one-row predict felt its ~20 us)
+            n_nodes, n_edges, widest = _plan_widths(self.graph_)
             chunk = min(n_samples, max(1, PREDICT_CHUNK_BYTES // (8 * max(n_nodes, 1))))
             device = (
                 2 * data + sparse_batch(n_nodes, n_edges, widest, chunk, False) + 64 * (n_edges + n_nodes)
