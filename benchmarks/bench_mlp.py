@@ -373,41 +373,54 @@ def call_overheads(gpu):
 
 
 def tune_t_cols(gpu):
-    """Sweep the transposed column-tile split rule on the square Table I shapes (queued kernel time)."""
+    """Sweep the transposed column-tile kernel: row splits x rows loaded at once per thread
+    (U), queued kernel time on the Table I shapes and two tall ones, beside cuBLAS."""
     if not gpu:
         return
     import cupy
 
     from sknn_gpu import linalg
+    from sknn_gpu._backend import device_limits
 
-    print("### Tuning sweep: A.T @ x, float32, kernel (queued), fewest rows per split\n")
-    mins = (8, 16, 32, 64, 128, 100000)  # 100000: never split
-    print("| m × n | " + " | ".join(f"rows≥{r}" for r in mins) + " | cuBLAS |")
-    print("|---" * (len(mins) + 2) + "|")
-    knobs = ("_T_COLS_MIN_ROWS", "_T_COLS_MIN_ROWS_TALL", "_T_COLS_MIN_ROWS_HUGE", "_T_COLS_UNSPLIT_SHORT")
-    old = {k: getattr(linalg, k) for k in knobs}
-    linalg._T_COLS_UNSPLIT_SHORT = False
-    shapes = [(128, 1024), (128, 4096), (128, 16384), (256, 512), (256, 2048), (256, 8192), (256, 16384)]
-    shapes += [(n, n) for n in (256, 512, 1024, 2048, 4096)] + [(65536, 512), (65536, 128)]
-    for m, n in shapes:
-        dA = cupy.random.standard_normal((m, n), dtype=cupy.float32)
-        dx = cupy.random.standard_normal(m, dtype=cupy.float32)
-        dy = cupy.zeros(n, dtype=cupy.float32)
-        want = dA.T.astype(cupy.float64) @ dx.astype(cupy.float64)
-        cells = []
-        for r in mins:
-            linalg._T_COLS_MIN_ROWS = linalg._T_COLS_MIN_ROWS_TALL = linalg._T_COLS_MIN_ROWS_HUGE = r
-            linalg._plan_cache.clear()
-            linalg._TABLE.clear()
-            got = linalg.gemv(dA, dx, trans=True)
-            assert float(cupy.abs(got - want).max()) <= 1e-3 * float(cupy.abs(want).max()) + 1e-3
-            cells.append(fmt_time(time_queued(lambda: linalg.gemv(dA, dx, dy, trans=True))))  # noqa: B023
-        cub = _try(lambda: time_queued(lambda: _cublas().gemv("T", 1.0, dA, dx, 0.0, dy)))  # noqa: B023
-        print(f"| {m} × {n} | " + " | ".join(cells) + f" | {fmt_time(cub)} |", flush=True)
-    for k, v in old.items():
-        setattr(linalg, k, v)
-    linalg._plan_cache.clear()
-    linalg._TABLE.clear()
+    print("### Tuning sweep: A.T @ x, float32, kernel (queued), splits x U (rows loaded at once)\n")
+    combos = [(u, s) for u in (4, 16, 32) for s in (1, 2, 4, 8, 16, 32)]
+    heads = " | ".join(f"U{u} s{s}" for u, s in combos)
+    print(f"| m × n | rule (U, splits) | rule | best | {heads} | cuBLAS |")
+    print("|---" * (len(combos) + 5) + "|")
+    shapes = [(128, n) for n in (256, 512, 1024, 2048, 4096, 8192, 16384)]
+    shapes += [(256, n) for n in (512, 1024, 2048, 4096, 8192, 16384)]
+    shapes += [(n, n) for n in (256, 512, 1024, 2048, 4096)] + [(8192, 256), (65536, 512)]
+    n_sm = device_limits().sm_count
+
+    def reset():
+        linalg._plan_cache.clear()
+        linalg._TABLE.clear()
+
+    try:
+        for m, n in shapes:
+            dA = cupy.random.standard_normal((m, n), dtype=cupy.float32)
+            dx = cupy.random.standard_normal(m, dtype=cupy.float32)
+            dy = cupy.zeros(n, dtype=cupy.float32)
+            want = dA.T.astype(cupy.float64) @ dx.astype(cupy.float64)
+
+            def run(force):
+                linalg._T_COLS_FORCE = force
+                reset()
+                got = linalg.gemv(dA, dx, trans=True)
+                assert float(cupy.abs(got - want).max()) <= 1e-3 * float(cupy.abs(want).max()) + 1e-3
+                return time_queued(lambda: linalg.gemv(dA, dx, dy, trans=True))  # noqa: B023
+
+            rule = linalg._t_cols_config(m, -(-n // 128), n_sm)
+            times = {c: run(c) for c in combos if c[1] <= max(1, m // 8)}
+            t_rule = run(None)
+            best = min(times, key=times.get)
+            cells = [fmt_time(times[c]) if c in times else "—" for c in combos]
+            cub = _try(lambda: time_queued(lambda: _cublas().gemv("T", 1.0, dA, dx, 0.0, dy)))  # noqa: B023
+            row = f"| {m} × {n} | {rule} | {fmt_time(t_rule)} | {best} | " + " | ".join(cells)
+            print(row + f" | {fmt_time(cub)} |", flush=True)
+    finally:
+        linalg._T_COLS_FORCE = None
+        reset()
     print()
 
 

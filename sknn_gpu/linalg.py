@@ -463,36 +463,30 @@ def _resident_blocks(kern, threads, lim):
     return int(max(1, min((lim.regs_per_sm // warp_regs) // warps, lim.max_threads_per_sm // threads, 32)))
 
 
-#: Tuning knobs of the transposed column-tile kernel, from the H100 sweep in
-#: docs/performance.md (kernel time of every rows-per-split choice on Table I shapes):
-#: the fewest rows a split keeps below 1,024 rows, from 1,024 rows, from 2,048 rows; and
-#: how many waves of resident blocks the splits fill (one full wave beat two or four).
-_T_COLS_MIN_ROWS = 32
-_T_COLS_MIN_ROWS_TALL = 64
-_T_COLS_MIN_ROWS_HUGE = 128
-_T_COLS_WAVES = 1
-_T_COLS_UNSPLIT_SHORT = True  # the no-split rule for short matrices (the sweep turns it off)
+#: The transposed column-tile kernel, from the H100 sweep in docs/performance.md
+#: (``python benchmarks/bench_mlp.py --part tune``: queued kernel time of every split
+#: count and load depth on the Table I shapes): no split up to _T_COLS_UNSPLIT_ROWS rows
+#: (a thread then sums up to 32 rows, all loaded at once); above, m // 256 splits, at
+#: least 8 and at most 32 (_T_COLS_SPLITS), and no more than one block per SM over the
+#: column tiles. _T_COLS_FORCE = (U, splits) overrides the rule (the sweep).
+_T_COLS_UNSPLIT_ROWS = 256
+_T_COLS_SPLITS = (8, 32)
+_T_COLS_FORCE = None
 
 
-def _t_cols_nsplit(m, col_blocks, wave):
-    """How many row splits the transposed column-tile kernel uses for ``m`` rows.
-
-    No split when there are at most 128 rows, or at most 256 rows over at least 64
-    column tiles (the cross-block reduction costs more than the parallelism it buys
-    there); otherwise enough splits to fill ``wave`` resident blocks, each keeping at
-    least 32 / 64 / 128 rows for m below 1,024 / below 2,048 / larger.
-    """
-    if col_blocks >= wave or col_blocks > _N_COUNTERS:
-        return 1
-    if _T_COLS_UNSPLIT_SHORT and (m <= 128 or (m <= 256 and col_blocks >= 64)):
-        return 1
-    if m >= 2048:
-        min_rows = _T_COLS_MIN_ROWS_HUGE
-    elif m >= 1024:
-        min_rows = _T_COLS_MIN_ROWS_TALL
-    else:
-        min_rows = _T_COLS_MIN_ROWS
-    return int(max(1, min(wave // col_blocks, m // min_rows)))
+def _t_cols_config(m, col_blocks, n_sm):
+    """``(U, splits)`` of the transposed column-tile kernel for ``m`` rows over ``col_blocks``
+    column tiles: U, the rows a thread loads at once, is 32 when each of its 8 row lanes
+    sums at least 32 rows, else 16."""
+    if _T_COLS_FORCE is not None:
+        U, nsplit = _T_COLS_FORCE
+        return int(U), int(max(1, min(nsplit, m)))
+    nsplit = 1
+    if m > _T_COLS_UNSPLIT_ROWS and col_blocks < n_sm and col_blocks <= _N_COUNTERS:
+        lo, hi = _T_COLS_SPLITS
+        nsplit = int(max(1, min(max(lo, min(hi, m // 256)), n_sm // col_blocks)))
+    per_lane = -(-m // nsplit) // 8
+    return (32 if per_lane >= 32 else 16), nsplit
 
 
 def _gemv_plan(lim, m, n, trans, dtype, vector):
@@ -545,10 +539,8 @@ def _gemv_plan(lim, m, n, trans, dtype, vector):
         return k, (nsplit,), (256,), ws, (m, n), (rows_per_split,)
     cols_per_block = 32 * (vw if vector else 1)
     col_blocks = -(-n // cols_per_block)
-    k = get_function("gemv", f"gemv_t_cols<{ct},{vs}>")
-    # split over rows so that the blocks fill whole waves of resident blocks (a partial
-    # last wave runs at low occupancy), keeping enough rows a split (_t_cols_nsplit)
-    nsplit = _t_cols_nsplit(m, col_blocks, _resident_blocks(k, 256, lim) * n_sm * _T_COLS_WAVES)
+    U, nsplit = _t_cols_config(m, col_blocks, n_sm)
+    k = get_function("gemv", f"gemv_t_cols<{ct},{vs},{U}>")
     rows_per_split = -(-m // nsplit)
     nsplit = -(-m // rows_per_split)
     ws = nsplit * n if nsplit > 1 else 0

@@ -324,23 +324,32 @@ def test_gpu_threads_get_their_own_launch_records(rng):
 @pytest.mark.parametrize(
     "m, col_blocks, want",
     [
-        (128, 8, 1),  # at most 128 rows: never split (measured faster on the H100)
-        (128, 128, 1),
-        (256, 64, 1),  # 256 rows over >= 64 column tiles: never split
-        (256, 4, 8),  # otherwise >= 32 rows a split below 1,024 rows ...
-        (256, 16, 8),
-        (1024, 8, 16),  # ... >= 64 rows from 1,024 rows ...
-        (2048, 16, 16),  # ... >= 128 rows from 2,048 rows
-        (4096, 32, 32),
-        (65536, 1, 512),
-        (8192, 64, 16),  # bounded by the wave: 1056 // 64 blocks a column tile
-        (4096, 2000, 1),  # more column tiles than resident blocks: no split needed
+        (128, 8, (16, 1)),  # up to 256 rows: never split; 16 rows a lane, all loaded at once
+        (128, 128, (16, 1)),
+        (256, 4, (32, 1)),  # 32 rows a lane: loaded 32 at once
+        (256, 64, (32, 1)),
+        (512, 4, (16, 8)),  # above: at least 8 splits ...
+        (1024, 8, (16, 8)),
+        (2048, 16, (32, 8)),
+        (8192, 2, (32, 32)),  # ... m // 256, at most 32
+        (65536, 4, (32, 32)),
+        (4096, 32, (32, 4)),  # ... and at most one block per SM: 132 // 32 tiles
+        (8192, 64, (32, 2)),
+        (4096, 2000, (32, 1)),  # more column tiles than SMs: no split
     ],
 )
 def test_transposed_split_rule(m, col_blocks, want):
-    from sknn_gpu.linalg import _t_cols_nsplit
+    from sknn_gpu.linalg import _t_cols_config
 
-    assert _t_cols_nsplit(m, col_blocks, wave=1056) == want
+    assert _t_cols_config(m, col_blocks, n_sm=132) == want
+
+
+def test_transposed_rule_can_be_forced_for_the_tuning_sweep(monkeypatch):
+    from sknn_gpu import linalg
+
+    monkeypatch.setattr(linalg, "_T_COLS_FORCE", (4, 64))
+    assert linalg._t_cols_config(512, 4, n_sm=132) == (4, 64)
+    assert linalg._t_cols_config(16, 4, n_sm=132) == (4, 16)  # never more splits than rows
 
 
 # ------------------------------------------------------------- the cached launch facility (no GPU needed)

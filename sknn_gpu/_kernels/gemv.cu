@@ -11,8 +11,8 @@
 //   gemv_block_row one block per row (the paper's block-per-row shared-memory
 //                  reduction), optionally split along the row (split-K).
 //   gemv_t_cols    transposed: a 32x8 block owns 32*VW consecutive columns and a
-//                  range of rows; coalesced row reads, shared-memory reduction over the
-//                  8 row lanes, optional split over rows.
+//                  range of rows; coalesced row reads (U rows in flight per thread),
+//                  shared-memory reduction over the 8 row lanes, optional split over rows.
 //   gemv_t_flat    transposed, few columns (n <= 32): consecutive threads read
 //                  consecutive elements of the flat matrix, each thread keeps one column.
 // beta == 0 never reads y (BLAS semantics: NaN in y is not propagated).
@@ -195,11 +195,11 @@ __global__ void gemv_block_row(const T* __restrict__ A, const T* __restrict__ x,
 }
 
 // ---------------------------------------------------------------- transposed
-// gemv_t_cols, row ty == 0 of a block: sum the 8 row lanes of sm for the thread's VW
+// gemv_t_cols, row ty == 0 of a block: sum the RL row lanes of sm for the thread's VW
 // columns and store them, finished, into y or (to_ws) raw into ws[split * n + c], the
 // split's row of the workspace.
-template <typename T, int VW, int C>
-__device__ __forceinline__ void t_cols_store(const T (&sm)[8][C], const int tx, const long long col, const long long n,
+template <typename T, int VW, int RL, int C>
+__device__ __forceinline__ void t_cols_store(const T (&sm)[RL][C], const int tx, const long long col, const long long n,
                                              T* y, T* ws, const bool to_ws, const long long split, const T alpha,
                                              const T beta)
 {
@@ -208,7 +208,7 @@ __device__ __forceinline__ void t_cols_store(const T (&sm)[8][C], const int tx, 
         if (c < n) {
             T s = (T)0;
 #pragma unroll
-            for (int k = 0; k < 8; ++k) s += sm[k][tx * VW + v];
+            for (int k = 0; k < RL; ++k) s += sm[k][tx * VW + v];
             if (!to_ws) {
                 y[c] = finish(s, alpha, beta, y, c);
             } else {
@@ -218,14 +218,16 @@ __device__ __forceinline__ void t_cols_store(const T (&sm)[8][C], const int tx, 
     }
 }
 
-// block (32, 8); blockIdx.x: group of 32*VW columns; blockIdx.y: range of rows.
-template <typename T, bool VECTOR>
-__global__ void gemv_t_cols(const T* __restrict__ A, const T* __restrict__ x, T* __restrict__ y,
+// block (32, 8); blockIdx.x: group of 32*VW columns; blockIdx.y: range of rows; the vector
+// path loads U rows per thread at once (16 or 32: the host picks by rows per thread).
+template <typename T, bool VECTOR, int U>
+__global__ void __launch_bounds__(256) gemv_t_cols(const T* __restrict__ A, const T* __restrict__ x, T* __restrict__ y,
                             T* __restrict__ ws, unsigned int* __restrict__ cnt, const long long m,
                             const long long n, const T alpha, const T beta, const long long rows_per_split)
 {
     const int VW = VECTOR ? VecOf<T>::N : 1;
-    __shared__ T sm[8][32 * VecOf<T>::N + 1];
+    constexpr int RL = 8;  // row lanes (blockDim.y)
+    __shared__ T sm[RL][32 * VecOf<T>::N + 1];
     __shared__ bool last;
     const int tx = threadIdx.x, ty = threadIdx.y;
     const long long col = ((long long)blockIdx.x * 32 + tx) * VW;
@@ -238,17 +240,30 @@ __global__ void gemv_t_cols(const T* __restrict__ A, const T* __restrict__ x, T*
     if (col < n) {
         if (VECTOR) {
             typedef typename VecOf<T>::type V;
-#pragma unroll 4
-            for (long long i = r0 + ty; i < r1; i += 8) {
-                const T xi = __ldg(x + i);
-                const V a = *reinterpret_cast<const V*>(A + i * n + col);
-                const T* ap = reinterpret_cast<const T*>(&a);
+            // U rows of loads in flight per thread, then the sums in row order
+            for (long long i0 = r0 + ty; i0 < r1; i0 += (long long)RL * U) {
+                V a[U];
+                T xi[U];
 #pragma unroll
-                for (int v = 0; v < VecOf<T>::N; ++v) acc[v] += ap[v] * xi;
+                for (int u = 0; u < U; ++u) {
+                    const long long i = i0 + (long long)u * RL;
+                    if (i < r1) {
+                        xi[u] = __ldg(x + i);
+                        a[u] = *reinterpret_cast<const V*>(A + i * n + col);
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    if (i0 + (long long)u * RL < r1) {
+                        const T* ap = reinterpret_cast<const T*>(&a[u]);
+#pragma unroll
+                        for (int v = 0; v < VecOf<T>::N; ++v) acc[v] += ap[v] * xi[u];
+                    }
+                }
             }
         } else {
 #pragma unroll 4
-            for (long long i = r0 + ty; i < r1; i += 8) {
+            for (long long i = r0 + ty; i < r1; i += RL) {
                 acc[0] += A[i * n + col] * __ldg(x + i);
             }
         }
@@ -257,7 +272,7 @@ __global__ void gemv_t_cols(const T* __restrict__ A, const T* __restrict__ x, T*
     for (int v = 0; v < VW; ++v) sm[ty][tx * VW + v] = acc[v];
     __syncthreads();
     if (ty == 0) {  // unsplit: the result; split: this split's partial sums
-        t_cols_store<T, VW>(sm, tx, col, n, y, ws, gridDim.y != 1, (long long)blockIdx.y, alpha, beta);
+        t_cols_store<T, VW, RL>(sm, tx, col, n, y, ws, gridDim.y != 1, (long long)blockIdx.y, alpha, beta);
     }
     if (gridDim.y == 1) return;
     __threadfence();
@@ -272,7 +287,7 @@ __global__ void gemv_t_cols(const T* __restrict__ A, const T* __restrict__ x, T*
     T part[VecOf<T>::N];
 #pragma unroll
     for (int v = 0; v < VecOf<T>::N; ++v) part[v] = (T)0;
-    for (int s = ty; s < (int)gridDim.y; s += 8) {
+    for (int s = ty; s < (int)gridDim.y; s += RL) {
         for (int v = 0; v < VW; ++v) {
             const long long c = col + v;
             if (c < n) part[v] += __ldcg(ws + (long long)s * n + c);
@@ -283,7 +298,7 @@ __global__ void gemv_t_cols(const T* __restrict__ A, const T* __restrict__ x, T*
     for (int v = 0; v < VW; ++v) sm[ty][tx * VW + v] = part[v];
     __syncthreads();
     if (ty == 0) {
-        t_cols_store<T, VW>(sm, tx, col, n, y, ws, false, 0, alpha, beta);
+        t_cols_store<T, VW, RL>(sm, tx, col, n, y, ws, false, 0, alpha, beta);
         if (tx == 0) cnt[blockIdx.x] = 0u;
     }
 }
