@@ -79,51 +79,78 @@ __device__ __forceinline__ int decide(i64 x, int zcur, i64 gain)
 }
 
 // out[n, i, j] = offset + sum_{dy,dx} T[dy, dx] * V[n, i + dy - r, j + dx - r]
-// with V reflect-extended (reflect != 0) or zero outside the image. Block (CONV_TX,
-// CONV_TY) of outputs; its input window with the halo is staged in shared memory once
-// (each value is read by up to KW^2 threads), then every thread sums its KW^2 taps there.
-// int32 sums, as before: the result does not depend on the staging.
+// with V reflect-extended (reflect != 0) or zero outside the image. A block of
+// (CONV_TX, CONV_TY) threads makes CONV_TY rows of CONV_OW outputs, CONV_CX consecutive
+// ones per thread; its input window with the halo is staged in shared memory once. Per
+// template row a thread reads its CONV_CX + 2 RAD inputs as 16-byte loads into registers
+// and the row's taps once, for all its outputs (a thread per output read both for every
+// tap: ~4x the shared-memory loads). int32 sums: the result does not depend on the
+// staging or the order.
 #define CONV_TX 32
 #define CONV_TY 8
-#define CONV_SW (CONV_TX + 2 * RAD)
+#define CONV_CX 4
+#define CONV_OW (CONV_TX * CONV_CX)
+#define CONV_VN ((CONV_CX + 2 * RAD + 3) / 4 * 4)  // inputs a thread reads per row (int4 loads)
+#define CONV_SW ((CONV_OW + 2 * RAD + 3) / 4 * 4 + 4)  // staged row: 16-byte multiple, room for the last int4
 #define CONV_SH (CONV_TY + 2 * RAD)
 extern "C" __global__ void __launch_bounds__(CONV_TX * CONV_TY)
 conv_int(const int* __restrict__ V, const int* __restrict__ T, int* __restrict__ out, const int H,
          const int W, const int reflect, const int offset)
 {
     __shared__ int sT[KW * KW];
-    __shared__ int sV[CONV_SH][CONV_SW];
+    __shared__ __align__(16) int sV[CONV_SH][CONV_SW];
     const int tid = threadIdx.y * CONV_TX + threadIdx.x;
     for (int t = tid; t < KW * KW; t += CONV_TX * CONV_TY) sT[t] = T[t];
     const int n = blockIdx.z;
     const int* Vn = V + (size_t)n * H * W;
     const int i0 = blockIdx.y * CONV_TY - RAD;
-    const int j0 = blockIdx.x * CONV_TX - RAD;
+    const int j0 = blockIdx.x * CONV_OW - RAD;
     for (int t = tid; t < CONV_SH * CONV_SW; t += CONV_TX * CONV_TY) {
         const int yy = t / CONV_SW;
-        int y = i0 + yy;
-        int x = j0 + (t - yy * CONV_SW);
+        const int xx = t - yy * CONV_SW;
+        const int y = i0 + yy;
+        const int x = j0 + xx;
         int v = 0;
-        if (reflect) {
+        if (xx >= CONV_OW + 2 * RAD) {
+            // padding: read into registers, never summed
+        } else if (reflect) {
             v = __ldg(Vn + (size_t)reflect_index(y, H) * W + reflect_index(x, W));
         } else if (y >= 0 && y < H && x >= 0 && x < W) {
             v = __ldg(Vn + (size_t)y * W + x);
         }
-        sV[yy][t - yy * CONV_SW] = v;
+        sV[yy][xx] = v;
     }
     __syncthreads();
-    const int j = blockIdx.x * CONV_TX + threadIdx.x;
     const int i = blockIdx.y * CONV_TY + threadIdx.y;
-    if (i >= H || j >= W) return;
-    int acc = offset;
+    const int jb = blockIdx.x * CONV_OW + threadIdx.x * CONV_CX;
+    if (i >= H || jb >= W) return;
+    int acc[CONV_CX];
+#pragma unroll
+    for (int c = 0; c < CONV_CX; ++c) acc[c] = offset;
 #pragma unroll 1
     for (int dy = 0; dy < KW; ++dy) {
-        const int* row = &sV[threadIdx.y + dy][threadIdx.x];
+        const int4* row = reinterpret_cast<const int4*>(&sV[threadIdx.y + dy][threadIdx.x * CONV_CX]);
+        int v[CONV_VN];
+#pragma unroll
+        for (int q = 0; q < CONV_VN / 4; ++q) {
+            const int4 w = row[q];
+            v[4 * q] = w.x;
+            v[4 * q + 1] = w.y;
+            v[4 * q + 2] = w.z;
+            v[4 * q + 3] = w.w;
+        }
         const int* trow = sT + dy * KW;
 #pragma unroll
-        for (int dx = 0; dx < KW; ++dx) acc += trow[dx] * row[dx];
+        for (int dx = 0; dx < KW; ++dx) {
+            const int a = trow[dx];
+#pragma unroll
+            for (int c = 0; c < CONV_CX; ++c) acc[c] += a * v[c + dx];
+        }
     }
-    out[(size_t)n * H * W + (size_t)i * W + j] = acc;
+    int* o = out + (size_t)n * H * W + (size_t)i * W;
+#pragma unroll
+    for (int c = 0; c < CONV_CX; ++c)
+        if (jb + c < W) o[jb + c] = acc[c];
 }
 
 // Block-wide sum of (flips, 2 dE) committed with one atomic per counter per block: the one

@@ -218,14 +218,23 @@ def _counter_offsets(n, max_iter):
     return (0, ints, ints + 4 * cells, 8 * cells, ints + 4 * (cells + max_iter)), words
 
 
+#: Outputs of one conv_int block: CONV_OW x CONV_TY (dtcnn.cu), from (32, 8) threads.
+_CONV_TILE = (128, 8)
+
+
+def _conv_grid(n, h, w):
+    """(grid, block) of conv_int over a stack (n, h, w)."""
+    tw, th = _CONV_TILE
+    return ((w + tw - 1) // tw, (h + th - 1) // th, n), (32, 8, 1)
+
+
 def _conv(V, T, reflect, offset, defines):
     cp = get_cupy()
     n, h, w = V.shape
     out = cp.empty((n, h, w), dtype=cp.int32)
     kern = get_function("dtcnn", "conv_int", **defines)
     kern(
-        ((w + 31) // 32, (h + 7) // 8, n),
-        (32, 8, 1),
+        *_conv_grid(n, h, w),
         (
             cp.ascontiguousarray(V, dtype=cp.int32),
             _device_template(T),
@@ -598,7 +607,7 @@ class _Plan:
         conv_layout = ["p", ("q", B_dev.data.ptr), "p", ("i", h), ("i", w), ("i", reflect)]
         conv_layout.append(("i", tm["T_int"]))
         conv = get_function("dtcnn", "conv_int", **defines)
-        self.conv = Launch(conv, ((w + 31) // 32, (h + 7) // 8, n), (32, 8, 1), conv_layout, False)
+        self.conv = Launch(conv, *_conv_grid(n, h, w), conv_layout, False)
         p = int(spacing) if spacing else r + 1
         sweep_defines = defines if defines["PER"] == p else _defines(r, m, shape, p)
         kern, blocks, threads, chunk, smem = _rows_config(n, h, w, sweep_defines)
