@@ -202,9 +202,32 @@ extern "C" __global__ void forward_level(const int* __restrict__ indptr, const i
 // A non-finite input sets *flag (host-mapped or device int) when flag_addr != 0; the caller
 // checks it after the launch (the output is then discarded).
 
+// The per-node constants a level reads besides its edges (lane 0 of the node's lanes):
+// bias, response, activation and output column (-1: not an output). Both fused kernels
+// load them through load() (prefetched or not) and finish a node with value().
+struct NodeConsts {
+    double bias, resp;
+    int act, oi;
+
+    __device__ __forceinline__ void load(int row, const double* __restrict__ bias_, const double* __restrict__ resp_,
+                                         const int* __restrict__ act_, const int* __restrict__ out_index) {
+        bias = bias_[row];
+        resp = resp_[row];
+        act = act_[row];
+        oi = out_index[row];
+    }
+
+    __device__ __forceinline__ double value(double acc, double slope) const {
+        return activate(act, bias + resp * acc, slope);
+    }
+};
+
+__device__ __forceinline__ NodeConsts no_node() { return NodeConsts{0.0, 0.0, 0, -1}; }
+
 struct Prefetch {
-    int rr, b, s0, s1, act, oi;
-    double w0, w1, bias, resp;
+    int rr, b, s0, s1;
+    double w0, w1;
+    NodeConsts c;
 };
 
 struct Schedule {
@@ -230,10 +253,7 @@ __device__ __forceinline__ void prefetch_item(Prefetch& p, int l, const Schedule
     p.s1 = -1;
     p.w0 = 0.0;
     p.w1 = 0.0;
-    p.bias = 0.0;
-    p.resp = 0.0;
-    p.act = 0;
-    p.oi = -1;
+    p.c = no_node();
     if (g < (long long)R * B) {
         const int rr = (int)(g / B);
         p.rr = rr;
@@ -248,12 +268,7 @@ __device__ __forceinline__ void prefetch_item(Prefetch& p, int l, const Schedule
             p.s1 = S.ell_src[base + (long long)R * L];
             p.w1 = S.ell_w[base + (long long)R * L];
         }
-        if (lane == 0) {
-            p.bias = bias[r0 + rr];
-            p.resp = resp[r0 + rr];
-            p.act = act[r0 + rr];
-            p.oi = out_index[r0 + rr];
-        }
+        if (lane == 0) p.c.load(r0 + rr, bias, resp, act, out_index);
     }
 }
 
@@ -305,30 +320,23 @@ __device__ __forceinline__ void fused_level(const Prefetch& p, int l, const Sche
     for (long long k = 0; k < lg.rounds; ++k) {
         const long long item = lg.item(k);
         const bool valid = item < n_items;
-        double acc = 0.0, bi = 0.0, re = 0.0;
-        int rr = 0, b = 0, ac = 0, oi = -1;
+        double acc = 0.0;
+        int rr = 0, b = 0;
+        NodeConsts nc = no_node();
         if (valid) {
             long long base;
             int q0;
             if (k == 0) {  // prefetched
                 rr = p.rr;
                 b = p.b;
-                bi = p.bias;
-                re = p.resp;
-                ac = p.act;
-                oi = p.oi;
+                nc = p.c;
                 if (p.s0 >= 0) acc = p.w0 * node_value<SMEM>(sV, Vg, X, p.s0, b, B, n_in);
                 if (p.s1 >= 0) acc += p.w1 * node_value<SMEM>(sV, Vg, X, p.s1, b, B, n_in);
                 q0 = 2;
             } else {
                 rr = (int)(item / B);
                 b = (int)(item - (long long)rr * B);
-                if (lane == 0) {
-                    bi = bias[r0 + rr];
-                    re = resp[r0 + rr];
-                    ac = act[r0 + rr];
-                    oi = out_index[r0 + rr];
-                }
+                if (lane == 0) nc.load(r0 + rr, bias, resp, act, out_index);
                 q0 = 0;
             }
             base = S.ell_off[l] + (long long)rr * L + lane;
@@ -346,11 +354,11 @@ __device__ __forceinline__ void fused_level(const Prefetch& p, int l, const Sche
         }
         acc = group_sum(acc, L, red);
         if (valid && lane == 0) {
-            const double val = activate(ac, bi + re * acc, slope);
+            const double val = nc.value(acc, slope);
             const long long slot = (long long)(n_in + r0 + rr) * B + b;
             if (SMEM) sV[slot] = val;
             if (Vg != nullptr) Vg[slot] = val;
-            if (oi >= 0) out[(long long)b * n_out + oi] = val;  // outputs written where computed
+            if (nc.oi >= 0) out[(long long)b * n_out + nc.oi] = val;  // outputs written where computed
         }
     }
 }
@@ -487,10 +495,10 @@ struct LevelInfo {
 };
 
 struct ClusterPrefetch {
-    int rr, b, act, oi;
+    int rr, b;
     int s[CLUSTER_KMAX];
     double w[CLUSTER_KMAX];
-    double bias, resp;
+    NodeConsts c;
 };
 
 __device__ __forceinline__ unsigned cluster_rank() {
@@ -565,12 +573,7 @@ __device__ __forceinline__ void cluster_prefetch(ClusterPrefetch& p, const Level
                 p.w[q] = ell_w[base + q * I.stride];
             }
         }
-        if (lane == 0) {
-            p.bias = bias[I.r0 + rr];
-            p.resp = resp[I.r0 + rr];
-            p.act = act[I.r0 + rr];
-            p.oi = out_index[I.r0 + rr];
-        }
+        if (lane == 0) p.c.load(I.r0 + rr, bias, resp, act, out_index);
     }
 }
 
@@ -592,16 +595,14 @@ __device__ __forceinline__ void cluster_level(const ClusterPrefetch& p, const Le
     for (int k = 0; k < I.rounds; ++k) {
         const int item = g + k * I.groups;
         const bool valid = item < n_items;
-        double acc = 0.0, bi = 0.0, re = 0.0;
-        int rr = 0, b = 0, ac = 0, oi = -1;
+        double acc = 0.0;
+        int rr = 0, b = 0;
+        NodeConsts nc = no_node();
         if (valid) {
             if (k == 0) {  // prefetched during the previous level
                 rr = p.rr;
                 b = p.b;
-                bi = p.bias;
-                re = p.resp;
-                ac = p.act;
-                oi = p.oi;
+                nc = p.c;
 #if CLUSTER == 1
 #pragma unroll
                 for (int q = 0; q < CLUSTER_KMAX; ++q) {
@@ -632,12 +633,7 @@ __device__ __forceinline__ void cluster_level(const ClusterPrefetch& p, const Le
             } else {
                 rr = B == 1 ? item : item / B;
                 b = item - rr * B;
-                if (lane == 0) {
-                    bi = bias[I.r0 + rr];
-                    re = resp[I.r0 + rr];
-                    ac = act[I.r0 + rr];
-                    oi = out_index[I.r0 + rr];
-                }
+                if (lane == 0) nc.load(I.r0 + rr, bias, resp, act, out_index);
                 const int base = I.off + (rr << I.shift) + lane;
                 for (int q = 0; q < K; ++q) {
                     const int s = ell_src[base + q * I.stride];
@@ -654,7 +650,7 @@ __device__ __forceinline__ void cluster_level(const ClusterPrefetch& p, const Le
         acc = group_sum(acc, L, red);
         if (first && k == 0) cluster_wait();  // every replica is filled before the first remote store
         if (valid && lane == 0) {
-            const double val = activate(ac, bi + re * acc, slope);
+            const double val = nc.value(acc, slope);
             const int slot = (n_in + I.r0 + rr) * B + b;
             if (remote) {  // not on the last level: nothing reads it, and other blocks may have left
 #pragma unroll
@@ -662,7 +658,7 @@ __device__ __forceinline__ void cluster_level(const ClusterPrefetch& p, const Le
             }
             sV[slot] = val;
             if (Vg != nullptr) Vg[slot] = val;
-            if (oi >= 0) out[b * n_out + oi] = val;  // outputs written where computed
+            if (nc.oi >= 0) out[b * n_out + nc.oi] = val;  // outputs written where computed
         }
     }
 }
