@@ -339,6 +339,51 @@ def test_cuda_every_rows_per_block_variant_matches_cpu(rows, monkeypatch, rng):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("d", [784, 3072])
+def test_cuda_fused_kernel_rarely_hands_rows_to_the_host(d, rng):
+    """The one-pass kernel's window lists hold the K-th largest on real-looking rows.
+
+    Uniform rows and digit-like rows (most pixels zero) at the paper's configs: at
+    most 1 % of rows may overflow their list (the host finishes those, same bits).
+    """
+    import cupy
+
+    from sknn_gpu.fly import _flyhash_cuda
+
+    X = rng.random((400, d)).astype(np.float32)
+    X[200:][rng.random((200, d)) < 0.8] = 0.0
+    fh = FlyHashTransformer(
+        random_state=0, device="cuda", output="packed", expansion_factor=32, connection_sparsity=0.05, k=0.05
+    ).fit(X)
+    stats = {}
+    words = _flyhash_cuda.words(fh, cupy.asarray(X), "exact", stats=stats, integer_input=False)
+    assert stats.get("fallback_rows", 0) <= 4
+    cpu = FlyHashTransformer(
+        random_state=0, device="cpu", output="packed", expansion_factor=32, connection_sparsity=0.05, k=0.05
+    ).fit(X)
+    m = fh.n_components_
+    np.testing.assert_array_equal(cpu.transform(X), words.get().view(np.uint8)[:, : (m + 7) // 8])
+
+
+@pytest.mark.cuda
+def test_cuda_window_list_overflow_is_finished_by_the_host(monkeypatch, rng):
+    """Lists too short for any row: every row is flagged, and the host path gives the same bits."""
+    import cupy
+
+    from sknn_gpu.fly import _flyhash_cuda
+
+    monkeypatch.setattr(_flyhash_cuda, "_window_cap", lambda m, k: 8)
+    X = rng.random((150, 64)).astype(np.float32)
+    params = dict(expansion_factor=32, connection_sparsity=0.1, k=0.05)
+    gpu = FlyHashTransformer(random_state=2, device="cuda", output="packed", **params).fit(X)
+    stats = {}
+    _flyhash_cuda.words(gpu, cupy.asarray(X), "exact", stats=stats, integer_input=False)
+    assert stats["fallback_rows"] == 150
+    cpu = FlyHashTransformer(random_state=2, device="cpu", output="packed", **params).fit(X)
+    np.testing.assert_array_equal(cpu.transform(X), gpu.transform(cupy.asarray(X)).get())
+
+
+@pytest.mark.cuda
 def test_cuda_bisect_matches_cpu(rng):
     import cupy
 

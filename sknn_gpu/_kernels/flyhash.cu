@@ -9,23 +9,29 @@
 // Output: one bit per unit in np.packbits layout (unit i is bit 7 - i % 8 of byte
 // i / 8), written as little-endian uint32 words, MW = ceil(M / 32) words per row.
 //
-// flyhash_fused: one block hashes ROWS input rows.  The rows live transposed in
-// shared memory (xs[j * ROWSP + r]) so that the lanes of a warp, which hold
-// different rows of the same unit, read consecutive words: conflict-free
-// gathers, and the connection indices of a unit are one broadcast load per warp.
-// The n x M activations never leave registers; they are recomputed per pass:
+// flyhash_fused: a block hashes ROWS input rows at a time (one resident block per
+// SM, looping over the row groups). The rows live transposed in shared memory
+// (xs[j * ROWSP + r]) so that the lanes of a warp, which hold different rows of the
+// same unit, read consecutive words: conflict-free gathers, and the connection
+// indices of a unit are one broadcast load per warp. The n x M activations are
+// never written; the one full pass computes each of them once:
 //   pass 0  (sample)  activations of the first sample_words*32 units -> coarse
-//                     histogram over [S*min(x), S*max(x)] -> a window that holds
+//                     histogram over S*mean(x) +- 6 sqrt(S) sd(x) (within
+//                     [S*min(x), S*max(x)]) -> a window that holds
 //                     the K-th largest with high probability;
-//   pass 1  (count)   fine histogram (NB bins) of the window, count above it ->
-//                     the bin b* holding the K-th largest, and how many of it win;
-//   pass 2  (emit)    units above b* are written as bits; units in b* (at most
-//                     CAP per row) are kept as (key, index) candidates, ranked
-//                     exactly in shared memory, and the winners OR-ed in.
-// A row whose K-th largest falls outside the window, or whose b* holds more than
-// CAP units, is flagged; the host hashes flagged rows with flyhash_activations +
-// the same exact selection (identical results, slower). A row whose inputs are
-// all equal ties everywhere: its first K units win, decided in the kernel.
+//   pass 1  (full)    units above the window are written as bits (sure winners);
+//                     units inside it go to a fine histogram (NB bins) and to the
+//                     row's window list in global memory (value, unit), at most
+//                     gcap of them;
+//   then             the bin b* holding the K-th largest and how many of it win;
+//                     the listed units above b* are OR-ed in, those in b* (at most
+//                     CAP per row) are ranked exactly in shared memory and the
+//                     winners OR-ed in.
+// A row whose K-th largest falls outside the window, whose window lists more than
+// gcap units, or whose b* holds more than CAP units, is flagged; the host hashes
+// flagged rows with flyhash_activations + the same exact selection (identical
+// results, slower). A row whose inputs are all equal ties everywhere: its first K
+// units win, decided in the kernel.
 //
 // Compile-time defines: ROWS (1..32, power of two), S (connections), SP (index
 // row stride: S rounded up to a multiple of 8, rows 16-byte aligned), IDX_T (unsigned short or int), NB (bins, multiple of 32),
@@ -54,6 +60,7 @@
 #endif
 
 #define ROWSP ((ROWS) == 32 ? 33 : (ROWS))
+#define RANGE_SD 6.0f  // the coarse range: activations' mean +- RANGE_SD spreads
 #define GROUPS (32 / (ROWS))
 #define NWARPS ((NTHREADS) / 32)
 #define CAP ((NB) / 2)
@@ -173,7 +180,8 @@ __device__ __forceinline__ int fine_class(float v, float wlo, float whi, float w
 extern "C" __global__ void __launch_bounds__(NTHREADS, 1)
 flyhash_fused(const float* __restrict__ X, const long long n, const int D, const long long ldx,
               const IDX_T* __restrict__ idx, const int M, const int MW, const int K,
-              const int sample_words, unsigned* __restrict__ out, int* __restrict__ flags)
+              const int sample_words, unsigned* __restrict__ out, int* __restrict__ flags,
+              unsigned long long* __restrict__ window_g, const int gcap)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     unsigned* hist = reinterpret_cast<unsigned*>(smem);                  // NB * ROWS
@@ -184,35 +192,49 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
     __shared__ float s_lo[ROWS], s_scale[ROWS];
     __shared__ float s_wlo[ROWS], s_whi[ROWS], s_wscale[ROWS];
     __shared__ int s_clamp_lo[ROWS], s_clamp_hi[ROWS], s_mode[ROWS], s_bstar[ROWS];
-    __shared__ unsigned s_over[ROWS], s_need[ROWS], s_ncand[ROWS];
+    __shared__ unsigned s_over[ROWS], s_need[ROWS], s_ncand[ROWS], s_nwin[ROWS];
 
     const int tid = threadIdx.x;
     const int lane = tid & 31;
     const int warp = tid >> 5;
-    const long long row0 = (long long)blockIdx.x * ROWS;
+    const int r = lane % ROWS;   // the row this lane works on
+    const int q = lane / ROWS;   // its unit group inside the warp
+    const float* xs_r = xs + r;
+    const int n_sample_words = MW < sample_words ? MW : sample_words;
+    const int n_sample = M < n_sample_words * 32 ? M : n_sample_words * 32;
+    // this block's window lists: ROWS x gcap (value bits, unit) pairs
+    unsigned long long* const win = window_g + (size_t)blockIdx.x * ROWS * (size_t)gcap;
+    const long long n_groups = (n + ROWS - 1) / ROWS;
+
+    for (long long group = blockIdx.x; group < n_groups; group += gridDim.x) {
+    const long long row0 = group * ROWS;
+    __syncthreads();  // the previous group is done with every shared array
 
     // ---- load the block's rows, transposed ------------------------------------
     for (int e = tid; e < ROWS * D; e += NTHREADS) {
-        const int r = e / D;
-        const int j = e - r * D;
-        const long long row = row0 + r;
-        xs[j * ROWSP + r] = row < n ? X[row * ldx + j] : 0.0f;
+        const int rr = e / D;
+        const int j = e - rr * D;
+        const long long row = row0 + rr;
+        xs[j * ROWSP + rr] = row < n ? X[row * ldx + j] : 0.0f;
     }
     for (int e = tid; e < NB * ROWS; e += NTHREADS) hist[e] = 0u;
     __syncthreads();
 
     // ---- per-row range: activations lie (up to rounding) in [S*min, S*max] ------
-    for (int r = warp; r < ROWS; r += NWARPS) {
+    for (int rr = warp; rr < ROWS; rr += NWARPS) {
         float mn = FH_INF, mx = -FH_INF;
         // all-equal test on the exact bits: the float min/max below run under
         // -ftz=true and would call a row of distinct subnormals constant
         unsigned kmn = 0xffffffffu, kmx = 0u;
+        float sum = 0.0f, sumsq = 0.0f;  // approximate: they only place the coarse range
         for (int j = lane; j < D; j += 32) {
-            const float v = xs[j * ROWSP + r];
+            const float v = xs[j * ROWSP + rr];
             mn = fminf(mn, v);
             mx = fmaxf(mx, v);
             kmn = min(kmn, ord_key(v));
             kmx = max(kmx, ord_key(v));
+            sum += v;
+            sumsq += v * v;
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
@@ -220,27 +242,36 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
             mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
             kmn = min(kmn, __shfl_xor_sync(FULL_MASK, kmn, o));
             kmx = max(kmx, __shfl_xor_sync(FULL_MASK, kmx, o));
+            sum += __shfl_xor_sync(FULL_MASK, sum, o);
+            sumsq += __shfl_xor_sync(FULL_MASK, sumsq, o);
         }
         if (lane == 0) {
-            const float lo = (float)S * mn, hi = (float)S * mx;
+            float lo = (float)S * mn, hi = (float)S * mx;
+            // A sum of S of the row's values has mean S*mu and spread <= sqrt(S)*sigma:
+            // bin mean +- RANGE_SD spreads, not the whole [S*min, S*max], so that the
+            // coarse bins (hence the window's edges) are fine where the K-th largest
+            // lies. Activations outside fall into the end bins, which widens the
+            // window there (never a wrong result); a degenerate spread keeps min/max.
+            const float mu = sum / (float)D;
+            const float var = fmaxf(sumsq / (float)D - mu * mu, 0.0f);
+            const float spread = RANGE_SD * sqrtf((float)S * var);
+            const float tlo = fmaxf(lo, (float)S * mu - spread), thi = fminf(hi, (float)S * mu + spread);
+            if (thi - tlo > 0.0f && thi - tlo < FH_INF) {
+                lo = tlo;
+                hi = thi;
+            }
             const float scale = (float)NB / (hi - lo);
             int mode = MODE_NORMAL;
             if (kmn == kmx) mode = MODE_ALLTIE;
             else if (!(scale > 0.0f) || !(scale < FH_INF) || !(hi - lo < FH_INF)) mode = MODE_FLAGGED;
-            s_lo[r] = lo;
-            s_scale[r] = scale;
-            s_mode[r] = mode;
-            s_over[r] = 0u;
-            s_ncand[r] = 0u;
+            s_lo[rr] = lo;
+            s_scale[rr] = scale;
+            s_mode[rr] = mode;
+            s_over[rr] = 0u;
+            s_ncand[rr] = 0u;
         }
     }
     __syncthreads();
-
-    const int r = lane % ROWS;   // the row this lane works on
-    const int q = lane / ROWS;   // its unit group inside the warp
-    const float* xs_r = xs + r;
-    const int n_sample_words = MW < sample_words ? MW : sample_words;
-    const int n_sample = M < n_sample_words * 32 ? M : n_sample_words * 32;
 
     // ---- pass 0: coarse histogram of a sample of units -------------------------
     {
@@ -298,28 +329,47 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
     for (int e = tid; e < NB * ROWS; e += NTHREADS) hist[e] = 0u;
     __syncthreads();
 
-    const float wlo = s_wlo[r], whi = s_whi[r], wscale = s_wscale[r];
-    const int clamp_lo = s_clamp_lo[r], clamp_hi = s_clamp_hi[r];
-
-    // ---- pass 1: fine histogram of the window ---------------------------------
+    // ---- pass 1, the one full pass: emit the units above the window, histogram
+    // ---- the units inside it and list them (value, unit) in global memory ------
+    const long long row = row0 + r;
     {
-        const bool active = s_mode[r] == MODE_NORMAL;
+        const float wlo = s_wlo[r], whi = s_whi[r], wscale = s_wscale[r];
+        const int clamp_lo = s_clamp_lo[r], clamp_hi = s_clamp_hi[r];
+        const int mode = s_mode[r];
+        unsigned long long* const win_r = win + (size_t)r * gcap;
+        unsigned* out_row = out + (row < n ? row : 0) * (long long)MW;
         unsigned over = 0;
         for (int wd = warp * GROUPS + q; wd < MW; wd += NWARPS * GROUPS) {
-            for (int i = 0; i < 32; ++i) {
-                const int u = wd * 32 + i;
-                if (u >= M) break;
-                const float v = unit_activation<ROWSP, false>(idx, u, xs_r);
-                if (!active) continue;
-                const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
-                if (c == NB) ++over;
-                else if (c >= 0) atomicAdd(&hist[c * ROWS + r], 1u);
+            unsigned bits = 0u;
+            if (mode == MODE_ALLTIE) {
+                for (int i = 0; i < 32; ++i) {
+                    const int u = wd * 32 + i;
+                    if (u < K && u < M) bits |= unit_bit(u);
+                }
+            } else if (mode == MODE_NORMAL) {
+                for (int i = 0; i < 32; ++i) {
+                    const int u = wd * 32 + i;
+                    if (u >= M) break;
+                    const float v = unit_activation<ROWSP, false>(idx, u, xs_r);
+                    const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
+                    if (c == NB) {
+                        bits |= unit_bit(u);
+                        ++over;
+                    } else if (c >= 0) {
+                        atomicAdd(&hist[c * ROWS + r], 1u);
+                        const unsigned slot = atomicAdd(&s_ncand[r], 1u);
+                        if (slot < (unsigned)gcap)
+                            win_r[slot] = ((unsigned long long)u << 32) | __float_as_uint(v);
+                    }
+                }
             }
+            if (row < n) out_row[wd] = bits;
         }
-        if (active && over) atomicAdd(&s_over[r], over);
+        if (mode == MODE_NORMAL && over) atomicAdd(&s_over[r], over);
     }
     __syncthreads();
 
+    // ---- the bin b* holding the K-th largest, and how many of it win -----------
     for (int rr = warp; rr < ROWS; rr += NWARPS) {
         if (s_mode[rr] != MODE_NORMAL) continue;  // warp-uniform
         const unsigned over = s_over[rr];
@@ -327,46 +377,40 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
         int bstar = -1;
         if (over < (unsigned)K) bstar = select_bin(hist, rr, (unsigned)K - over, &above, &total);
         if (lane == 0) {
-            if (bstar < 0 || hist[bstar * ROWS + rr] > (unsigned)CAP) {
+            const unsigned listed = s_ncand[rr];
+            if (bstar < 0 || hist[bstar * ROWS + rr] > (unsigned)CAP || listed > (unsigned)gcap) {
                 s_mode[rr] = MODE_FLAGGED;
             } else {
                 s_bstar[rr] = bstar;
                 s_need[rr] = (unsigned)K - over - above;  // winners to take from bin b*
             }
+            s_nwin[rr] = listed;
+            s_ncand[rr] = 0u;
         }
     }
     __syncthreads();
 
-    // ---- pass 2: emit the sure winners, collect the candidates of bin b* --------
-    const int mode = s_mode[r];
-    const int bstar = mode == MODE_NORMAL ? s_bstar[r] : 0;
-    const long long row = row0 + r;
-    unsigned* out_row = out + (row < n ? row : 0) * (long long)MW;
-    for (int wd = warp * GROUPS + q; wd < MW; wd += NWARPS * GROUPS) {
-        unsigned bits = 0u;
-        if (mode == MODE_ALLTIE) {
-            for (int i = 0; i < 32; ++i) {
-                const int u = wd * 32 + i;
-                if (u < K && u < M) bits |= unit_bit(u);
-            }
-        } else if (mode == MODE_NORMAL) {
-            for (int i = 0; i < 32; ++i) {
-                const int u = wd * 32 + i;
-                if (u >= M) break;
-                const float v = unit_activation<ROWSP, false>(idx, u, xs_r);
-                const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
-                if (c > bstar) {
-                    bits |= unit_bit(u);
-                } else if (c == bstar) {
-                    const unsigned slot = atomicAdd(&s_ncand[r], 1u);
-                    if (slot < (unsigned)CAP) {
-                        cand_key[slot * ROWS + r] = ord_key(v);
-                        cand_idx[slot * ROWS + r] = u;
-                    }
-                }
+    // ---- the window's units: above b* win, b*'s go to the exact ranking --------
+    for (int rr = warp; rr < ROWS; rr += NWARPS) {
+        const long long rrow = row0 + rr;
+        if (rrow >= n || s_mode[rr] != MODE_NORMAL) continue;  // warp-uniform
+        const float wlo = s_wlo[rr], whi = s_whi[rr], wscale = s_wscale[rr];
+        const int clamp_lo = s_clamp_lo[rr], clamp_hi = s_clamp_hi[rr], bstar = s_bstar[rr];
+        const unsigned listed = s_nwin[rr];
+        const unsigned long long* win_rr = win + (size_t)rr * gcap;
+        for (unsigned i = lane; i < listed; i += 32) {
+            const unsigned long long e = win_rr[i];
+            const float v = __uint_as_float((unsigned)e);
+            const int u = (int)(e >> 32);
+            const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
+            if (c > bstar) {
+                atomicOr(&out[rrow * MW + (u >> 5)], unit_bit(u));
+            } else if (c == bstar) {
+                const unsigned slot = atomicAdd(&s_ncand[rr], 1u);  // < CAP: b* holds <= CAP
+                cand_key[slot * ROWS + rr] = ord_key(v);
+                cand_idx[slot * ROWS + rr] = u;
             }
         }
-        if (row < n) out_row[wd] = bits;
     }
     __syncthreads();
 
@@ -391,6 +435,7 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
 
     // ---- flag the rows the host must finish ------------------------------------
     if (tid < ROWS && row0 + tid < n) flags[row0 + tid] = s_mode[tid] == MODE_FLAGGED ? 1 : 0;
+    }  // group
 }
 
 // Activations of selected rows, written densely: A[i, u] for rows[i] (or row i

@@ -51,6 +51,9 @@ BLOCK_BYTES = 512 * 2**20
 #: matters more than keeping a chunk in L2 (docs/performance.md).
 #: ``SKNN_GPU_FLYHASH_CHUNK_MB`` overrides it (tuning).
 GEMM_CHUNK_BYTES = 256 * 2**20
+#: Bound on the fused kernel's grid (one resident block per SM) used by
+#: :func:`work_bytes` to count the window lists without asking the device.
+WINDOW_BLOCKS_BOUND = 256
 #: Threads per block of the selection kernel.
 SEL_NT = 512
 #: Most connections for which the tensor-core product of integer-valued input is
@@ -126,6 +129,7 @@ def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
     fallback = min(n, max(1, BLOCK_BYTES // (4 * m))) * m * 11  # activations, mask, packing
     dp = _half_width(d)
     fallback = max(fallback, m * dp * 2 + rows * dp * 2 + _gemm_chunk_rows(m, n) * m * 4)
+    fallback += min(-(-n // 32), WINDOW_BLOCKS_BOUND) * 32 * _window_cap(m, k) * 8
     out = {
         "dense": 2 * n * m,
         "packed": n * ((m + 7) // 8),
@@ -178,8 +182,11 @@ def words(
             )
             _set_dynamic_smem(kern, dyn)
             flags = cupy.empty(b, dtype=cupy.int32)
+            grid = min(-(-b // rows), device_limits().sm_count)  # resident blocks, one per SM
+            gcap = _window_cap(m, k)
+            window = cupy.empty(grid * rows * gcap, dtype=cupy.uint64)
             kern(
-                ((b + rows - 1) // rows,),
+                (grid,),
                 (NTHREADS,),
                 (
                     Xb,
@@ -193,6 +200,8 @@ def words(
                     np.int32(_sample_words(mw)),
                     out,
                     flags,
+                    window,
+                    np.int32(gcap),
                 ),
                 shared_mem=dyn,
             )
@@ -348,6 +357,23 @@ def _tensor_words(fh, Xb, out, scale_rows):  # pragma: no cover - needs a GPU
 def _sample_words(n_words):
     """Units the fused kernel samples to place its histogram window: >= 512, ~1/16 of m."""
     return min(n_words, max(16, -(-n_words // 16)))
+
+
+def _window_cap(m, k):
+    """Entries of one row's window list in the fused kernel: 1.5x the units expected in it.
+
+    Mirrors the kernel's window: the ranks ``e -/+ (5 sd + 2)`` of a sample of
+    ``n_s`` units (``e = n_s k / m``) bound it, so about ``m (r2 - r1) / n_s`` units
+    fall inside; a row with more is flagged and finished by the host (same bits).
+    """
+    m, k = int(m), int(k)
+    n_s = min(m, 32 * _sample_words((m + 31) // 32))
+    e = n_s * k / m
+    sd = (e * (1.0 - k / m)) ** 0.5
+    r1 = max(0.0, np.floor(e - 5.0 * sd - 2.0))
+    r2 = min(float(n_s), np.ceil(e + 5.0 * sd + 2.0))
+    expected = m * (r2 - r1) / n_s
+    return int(min(m, -(-int(1.5 * expected + 128) // 32) * 32))
 
 
 def _defines(fh):
