@@ -382,32 +382,43 @@ def _defines(fh):
     return dict(S=s, SP=fh._kernel_index.shape[1], IDX_T=idx_t)
 
 
+#: Relative time per row of one fused-kernel group by rows per block (32 = 1):
+#: fewer rows per block put several units in a warp (bank conflicts, more index
+#: loads) and pay the per-group work (sample pass, selection) for fewer rows.
+#: Measured on an H100 at FlyNN's default shape, one round of 132 groups each
+#: (docs/performance.md).
+ROWS_COST = {32: 1.0, 16: 1.31, 8: 1.83, 4: 2.68, 2: 4.15, 1: 7.0}
+
+
 def _fused_config(n_features, n_rows):  # pragma: no cover - needs a GPU
     """(rows per block, dynamic shared bytes) of the fused kernel, or None when x rows do not fit.
 
-    The most rows per block (32: conflict-free gathers, indices amortised over 32
-    rows) whose shared memory fits and that still gives at least two blocks per
-    SM; small batches use fewer rows per block so that every SM gets work. The
-    environment variable ``SKNN_GPU_FLYHASH_ROWS`` (1, 2, 4, ..., 32) forces a
-    row count when it fits (tests and tuning).
+    The kernel runs one resident block per SM, each looping over groups of rows, so
+    a batch takes ``ceil(groups / SMs)`` rounds of one group's time: the row count
+    per block (of those whose shared memory fits) with the least
+    ``rounds * rows * ROWS_COST[rows]``. 32 rows (conflict-free gathers, indices
+    amortised over 32 rows) win from ~2,200 rows up on 132 SMs; small batches use
+    fewer rows per block so that every SM gets work. The environment variable
+    ``SKNN_GPU_FLYHASH_ROWS`` (1, 2, 4, ..., 32) forces a row count when it fits
+    (tests and tuning).
     """
     limits = device_limits()
     static = 16 * 32 * 4  # the kernel's per-row scalars, generously
     forced = int(os.environ.get("SKNN_GPU_FLYHASH_ROWS", "0") or 0)
-    fitting = []
+    best = None
     for rows in (32, 16, 8, 4, 2, 1):
         rowsp = 33 if rows == 32 else rows
         dyn = 4 * NB * rows + 4 * n_features * rowsp
-        if dyn + static <= limits.smem_per_block_optin:
-            if rows == forced:
-                return rows, dyn
-            fitting.append((rows, dyn))
-    if not fitting:
-        return None
-    for rows, dyn in fitting:
-        if -(-n_rows // rows) >= 2 * limits.sm_count:
+        if dyn + static > limits.smem_per_block_optin:
+            continue
+        if rows == forced:
             return rows, dyn
-    return fitting[-1]
+        groups = -(-int(n_rows) // rows)
+        rounds = -(-groups // limits.sm_count)
+        cost = rounds * rows * ROWS_COST[rows]
+        if best is None or cost < best[0]:
+            best = (cost, rows, dyn)
+    return None if best is None else best[1:]
 
 
 def _set_dynamic_smem(kern, nbytes):  # pragma: no cover - needs a GPU
