@@ -505,6 +505,29 @@ def test_connection_draw_does_not_depend_on_its_chunking(chunk_bytes, monkeypatc
     np.testing.assert_array_equal(got, _floyd_reference(np.random.RandomState(11), n, d, s, 512 // d))
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("n,d,s", [(15680, 784, 78), (301, 9, 5), (1000, 33, 32), (64, 8192, 300)])
+def test_cuda_resolves_the_projection_draws_as_the_host_does(n, d, s):
+    """The GPU's Floyd resolution of the same draws gives the host's picks, bit for bit."""
+    from sknn_gpu.fly import _flyhash, _flyhash_cuda
+
+    host = _flyhash._draw_connections(np.random.RandomState(5), n, d, s)
+    gpu = _flyhash._draw_connections(np.random.RandomState(5), n, d, s, resolve=_flyhash_cuda.resolve_draws)
+    np.testing.assert_array_equal(gpu, host)
+    wide = _flyhash_cuda.FLOYD_MAX_FEATURES + 1
+    assert _flyhash_cuda.resolve_draws(np.zeros((2, 3), np.int32), wide) is None  # the host resolves
+
+
+@pytest.mark.cuda
+def test_cuda_and_cpu_fits_draw_the_same_projection():
+    X = np.zeros((2, 784), dtype=np.float32)
+    params = dict(expansion_factor=20, connection_sparsity=0.1, random_state=4)
+    cpu = FlyHashTransformer(device="cpu", **params).fit(X)
+    gpu = FlyHashTransformer(device="cuda", **params).fit(X)
+    assert (cpu.components_ != gpu.components_).nnz == 0
+    np.testing.assert_array_equal(cpu._kernel_index, gpu._kernel_index)
+
+
 # ------------------------------------------------------ sparse input, verbose (issue 17)
 def _order_sensitive_csr(rng, n, d, density):
     """CSR rows whose float32 sums depend on the order of the additions (magnitudes 1e-6..1e6),

@@ -494,3 +494,36 @@ extern "C" __global__ void flyhash_row_counts(const unsigned* __restrict__ bits,
     for (int o = 16; o > 0; o >>= 1) c += __shfl_xor_sync(FULL_MASK, c, o);
     if (lane == 0) counts[row] = c;
 }
+
+// Floyd's collisions of one block of projection draws (the host drew them: the
+// random stream is NumPy's). draws: (s, n) int32, column i = each unit's draw for
+// j = d - s + i; out: (n, s) int32, each unit's picks in ascending order. One
+// thread per unit: a draw its unit already took becomes j (never taken yet), as
+// in _flyhash._resolve_on_host; the picks are read back from the membership bits
+// in ascending order. d <= 32 * FLOYD_WORDS (the host checks).
+#ifndef FLOYD_WORDS
+#define FLOYD_WORDS 256
+#endif
+extern "C" __global__ void floyd_resolve(const int* __restrict__ draws, const long long n, const int d,
+                                         const int s, int* __restrict__ out)
+{
+    const long long u = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (u >= n) return;
+    unsigned taken[FLOYD_WORDS];
+    const int words = (d + 31) >> 5;
+    for (int w = 0; w < words; ++w) taken[w] = 0u;
+    for (int i = 0; i < s; ++i) {
+        int t = draws[(long long)i * n + u];
+        if ((taken[t >> 5] >> (t & 31)) & 1u) t = d - s + i;
+        taken[t >> 5] |= 1u << (t & 31);
+    }
+    int* o = out + u * s;
+    int p = 0;
+    for (int w = 0; w < words; ++w) {
+        unsigned bits = taken[w];
+        while (bits) {
+            o[p++] = (w << 5) + __ffs(bits) - 1;
+            bits &= bits - 1u;
+        }
+    }
+}

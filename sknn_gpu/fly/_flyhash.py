@@ -72,7 +72,7 @@ def engine(device):
 # --------------------------------------------------------------------------- #
 # Projection                                                                    #
 # --------------------------------------------------------------------------- #
-def _draw_connections(rng, n_units, n_features, n_connections):
+def _draw_connections(rng, n_units, n_features, n_connections, resolve=None):
     """(n_units, s) int32: each row ``s`` distinct features, sorted ascending.
 
     ``rng`` is a ``numpy.random.RandomState`` (the caller resolved
@@ -83,10 +83,11 @@ def _draw_connections(rng, n_units, n_features, n_connections):
     on a FashionMNIST-sized hash spent ~220 ms drawing its projection that way).
 
     The draws come in blocks of rows, column after column (the random stream
-    depends on ``_DRAW_BLOCK_BYTES`` only). The collisions are then resolved in
-    chunks of :data:`_DRAW_CHUNK_BYTES` of the ``(rows, d)`` membership mask, which
-    stay in the CPU's cache (one mask over the whole block did not: its scattered
-    reads and writes took most of the time). The chunking never changes a result.
+    depends on ``_DRAW_BLOCK_BYTES`` only). Resolving the collisions is
+    deterministic given the draws: ``resolve(draws, d)`` (the CUDA engine's
+    :func:`~._flyhash_cuda.resolve_draws`) may do it for a block and return the
+    sorted picks, or None; then the host does it (:func:`_resolve_on_host`). Either
+    way the projection is the same.
     """
     out = np.empty((n_units, n_connections), dtype=np.int32)
     if n_connections >= n_features:
@@ -94,30 +95,44 @@ def _draw_connections(rng, n_units, n_features, n_connections):
         return out
     d, s = int(n_features), int(n_connections)
     block = max(1, 8 * _DRAW_BLOCK_BYTES // max(1, d))
-    highs = range(d - s, d)
-    chunk = max(1, min(block, n_units, _DRAW_CHUNK_BYTES // d))
-    taken = np.empty(chunk * d, dtype=bool)  # flat (rows, d) membership mask, reused
-    offsets = np.arange(chunk, dtype=np.int64) * d
-    pos = np.empty(chunk, dtype=np.int64)
     for start in range(0, n_units, block):
         n = min(n_units, start + block) - start
         draws = np.empty((s, n), dtype=np.int32)  # column i: unit draws for j = d - s + i
-        for i, j in enumerate(highs):
+        for i, j in enumerate(range(d - s, d)):
             draws[i] = rng.randint(0, j + 1, size=n)
-        for a in range(0, n, chunk):
-            rows = min(n, a + chunk) - a
-            base, p = offsets[:rows], pos[:rows]
-            taken[: rows * d] = False
-            for i, j in enumerate(highs):
-                t = draws[i, a : a + rows]
-                np.add(base, t, out=p)
-                t[taken[p]] = j  # taken already: Floyd's step takes j (never taken yet)
-                np.add(base, t, out=p)
-                taken[p] = True
-        picks = out[start : start + n]
-        picks[...] = draws.T
-        picks.sort(axis=1)
+        picks = None if resolve is None else resolve(draws, d)
+        out[start : start + n] = _resolve_on_host(draws, d) if picks is None else picks
     return out
+
+
+def _resolve_on_host(draws, d):
+    """Floyd's collisions of one block of draws ``(s, n)``: the sorted ``(n, s)`` picks.
+
+    Column ``i`` holds the draws for ``j = d - s + i``; a draw already taken by its
+    unit becomes ``j``. Done in chunks of :data:`_DRAW_CHUNK_BYTES` of the ``(rows,
+    d)`` membership mask, which stay in the CPU's cache (one mask over the whole
+    block did not: its scattered reads and writes took most of the time). The
+    chunking never changes a result. ``draws`` is updated in place.
+    """
+    s, n = draws.shape
+    highs = range(d - s, d)
+    chunk = max(1, min(n, _DRAW_CHUNK_BYTES // d))
+    taken = np.empty(chunk * d, dtype=bool)  # flat (rows, d) membership mask, reused
+    offsets = np.arange(chunk, dtype=np.int64) * d
+    pos = np.empty(chunk, dtype=np.int64)
+    for a in range(0, n, chunk):
+        rows = min(n, a + chunk) - a
+        base, p = offsets[:rows], pos[:rows]
+        taken[: rows * d] = False
+        for i, j in enumerate(highs):
+            t = draws[i, a : a + rows]
+            np.add(base, t, out=p)
+            t[taken[p]] = j  # taken already: Floyd's step takes j (never taken yet)
+            np.add(base, t, out=p)
+            taken[p] = True
+    picks = draws.T.copy()
+    picks.sort(axis=1)
+    return picks
 
 
 def _components_matrix(connections, n_features):
@@ -508,7 +523,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         )
         self.device_ = device
         self.n_features_in_ = int(n_features)
-        conn = _draw_connections(rng, m, n_features, s)
+        conn = _draw_connections(rng, m, n_features, s, resolve=engine(device).resolve_draws)
         self.components_ = _components_matrix(conn, n_features)
         self.n_components_ = m
         self.n_connections_ = s

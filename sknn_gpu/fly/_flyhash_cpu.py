@@ -7,7 +7,11 @@ Same functions and signatures as :mod:`._flyhash_cuda`, same results bit for bit
 * :func:`winners` ``(fh, X, progress=None)``: the ``k_`` winner indices of every row
   (exact WTA);
 * :func:`work_bytes` ``(n_samples, n_features, n_components, k, output, sparse=False)``:
-  host and device bytes the two above allocate, for the estimator's size check.
+  host and device bytes the two above allocate, for the estimator's size check;
+* :func:`resolve_draws` ``(draws, d)``: Floyd's collisions of a block of projection
+  draws, or None: here always None (the projection draw resolves them on the host,
+  ``_flyhash._resolve_on_host``, the reference); the CUDA engine resolves them on
+  the GPU.
 
 ``progress``, when given, is called with the number of rows of every block once the
 block is hashed (the estimator's :class:`~sknn_gpu._progress.Progress`).
@@ -41,7 +45,7 @@ import scipy.sparse as sp
 from .._backend import to_host
 from ._wta import BISECT_STEPS, break_ties, wta_bisect_mask, wta_exact_mask
 
-__all__ = ["transform", "winners", "work_bytes", "integer_valued"]
+__all__ = ["transform", "winners", "work_bytes", "integer_valued", "resolve_draws"]
 
 #: Largest magnitude of integer-valued input (``precision='integer'``; the GPU's
 #: tensor-core path is exact up to it, :mod:`._flyhash_cuda`).
@@ -155,6 +159,11 @@ def integer_valued(X):
         if blk.size and (np.abs(blk).max() > INTEGER_LIMIT or not np.array_equal(blk, np.rint(blk))):
             return False
     return True
+
+
+def resolve_draws(draws, d):
+    """None: the host resolves the projection draws (:func:`._flyhash._draw_connections`)."""
+    return None
 
 
 def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):

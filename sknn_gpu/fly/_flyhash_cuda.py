@@ -35,7 +35,7 @@ from ._flyhash_cpu import INTEGER_LIMIT
 from ._flyhash_cpu import integer_valued as _host_integer_valued
 from ._wta import BISECT_STEPS, wta_bisect_mask, wta_exact_mask
 
-__all__ = ["transform", "winners", "work_bytes", "words", "integer_valued", "INTEGER_LIMIT"]
+__all__ = ["transform", "winners", "work_bytes", "words", "integer_valued", "resolve_draws", "INTEGER_LIMIT"]
 
 #: Fine/coarse histogram bins per row (the kernel's NB).
 NB = 512
@@ -51,6 +51,9 @@ BLOCK_BYTES = 512 * 2**20
 #: matters more than keeping a chunk in L2 (docs/performance.md).
 #: ``SKNN_GPU_FLYHASH_CHUNK_MB`` overrides it (tuning).
 GEMM_CHUNK_BYTES = 256 * 2**20
+#: Most features whose projection draws ``floyd_resolve`` resolves (its per-thread
+#: membership bits: 256 words); wider inputs are resolved on the host.
+FLOYD_MAX_FEATURES = 32 * 256
 #: Bound on the fused kernel's grid (one resident block per SM) used by
 #: :func:`work_bytes` to count the window lists without asking the device.
 WINDOW_BLOCKS_BOUND = 256
@@ -108,6 +111,27 @@ def integer_valued(X):  # pragma: no cover - needs a GPU
         return _host_integer_valued(X)
     # batch by batch as transform reads it (float32, dense): memory stays bounded
     return not any(_int_check_flag(Xb) for _, Xb in _device_batches(X, X.shape[1]))
+
+
+def resolve_draws(draws, d):  # pragma: no cover - needs a GPU
+    """Floyd's collisions of one block of projection draws on the GPU, or None.
+
+    :func:`._flyhash._draw_connections`' ``resolve``: ``draws`` (s, n) int32 drawn on
+    the host; returns the (n, s) int32 sorted picks on the host, the same as the
+    host's resolution (it is deterministic given the draws) without its ~10-20 ms
+    of scattered NumPy indexing at FlyNN's default size. None (the host resolves)
+    above :data:`FLOYD_MAX_FEATURES` features.
+    """
+    if d > FLOYD_MAX_FEATURES:
+        return None
+    cupy = get_cupy()
+    s, n = draws.shape
+    dev = cupy.asarray(draws)
+    out = cupy.empty((n, s), dtype=cupy.int32)
+    get_function("flyhash", "floyd_resolve")(
+        ((n + 127) // 128,), (128,), (dev, np.int64(n), np.int32(d), np.int32(s), out)
+    )
+    return out.get()
 
 
 def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
