@@ -154,15 +154,16 @@ conv_int(const int* __restrict__ V, const int* __restrict__ T, int* __restrict__
 }
 
 // Block-wide sum of (flips, 2 dE) committed with one atomic per counter per block: the one
-// commit of every kernel below. NW: warps per block. WARP_SUM: first sum the 32 lanes of
+// commit of every kernel below; thread 0 gets the block's flip count back. NW: warps per block. WARP_SUM: first sum the 32 lanes of
 // each warp (false where only lane 0 of each warp holds values: the one-warp-per-cell
 // sparse sweep). tid: the thread's linear index in the block (an int, or threadIdx.x
 // itself). Every thread of the block must call it (block barriers inside). Integer sums:
 // the order never changes the result.
 template <int NW, bool WARP_SUM, typename Tid>
-__device__ __forceinline__ void commit_counts(int f, i64 d, const Tid tid, int* flip_slot,
-                                              u64* de_slot, int* total_slot, int* s_f, i64* s_d)
+__device__ __forceinline__ int commit_counts(int f, i64 d, const Tid tid, int* flip_slot,
+                                             u64* de_slot, int* total_slot, int* s_f, i64* s_d)
 {
+    int ft = 0;  // the block's flips, returned to thread 0 (0 elsewhere)
     if constexpr (WARP_SUM) {
         for (int o = 16; o > 0; o >>= 1) {
             f += __shfl_down_sync(0xffffffffu, f, o);
@@ -175,7 +176,6 @@ __device__ __forceinline__ void commit_counts(int f, i64 d, const Tid tid, int* 
     }
     __syncthreads();
     if (tid == 0) {
-        int ft = 0;
         i64 dt = 0;
         for (int w = 0; w < NW; ++w) {
             ft += s_f[w];
@@ -188,6 +188,7 @@ __device__ __forceinline__ void commit_counts(int f, i64 d, const Tid tid, int* 
         }
     }
     __syncthreads();
+    return ft;
 }
 
 // Count one cell whose output changed from zcur to znew (state x): one flip and its exact
@@ -211,6 +212,39 @@ __device__ __forceinline__ int image_active(const int tid, const int* flips, con
     __syncthreads();
     const int go = s_go;
     __syncthreads();  // s_go is rewritten by the next tile / row
+    return go;
+}
+
+// Whether row y of image n may still change in sweep s, broadcast from thread 0 (one
+// barrier pair, like image_active, which it includes). rowmark[n][y'] holds 1 + the last
+// sweep in which row y' flipped a cell (0: none yet in this launch). If no row within RAD
+// of y flipped in sweep s - 1 or so far in sweep s, the window of every cell of row y is
+// what it was when row y was last evaluated (in sweep s - 1, where row y itself flipped
+// nothing): evaluating it again would decide every cell as it is, flip nothing and add
+// no energy, so skipping it changes no result. Sweep 0 evaluates every row.
+__device__ __forceinline__ int row_active(const int tid, const int* flips, const int* rowmark, const int n,
+                                          const int y, const int H, const int s, const int max_iter,
+                                          int& s_go)
+{
+    if (tid == 0) {
+        int go = (s == 0);
+        if (!go) {
+            // every load issued before any is used: one L2 round trip, as image_active's
+            const int* marks = rowmark + (size_t)n * H;
+            const int prev = __ldcg(flips + n * max_iter + s - 1);
+            int near = 0;
+#pragma unroll
+            for (int dy = -RAD; dy <= RAD; ++dy) {
+                const int yy = y + dy;
+                if (yy >= 0 && yy < H) near |= __ldcg(marks + yy) >= s;
+            }
+            go = prev != 0 && near;
+        }
+        s_go = go;
+    }
+    __syncthreads();
+    const int go = s_go;
+    __syncthreads();  // s_go is rewritten by the next row
     return go;
 }
 
@@ -551,12 +585,14 @@ __device__ __forceinline__ void row_cell(const int x, const int* ca, short* row,
 
 // Grid: a persistent 1-D grid of RT-thread blocks, all resident. Dynamic shared
 // memory: 4 W + 2 (W + 2 RAD) + 2 KW (chunk + 2 RAD) bytes; chunk % CPT == 0.
+// rowmark: N x H int32, zero on entry (see row_active): rows with no flip near them
+// since their last evaluation are skipped.
 extern "C" __global__ void __launch_bounds__(RT, RMINB)
 async_rows(short* __restrict__ Z, const int* __restrict__ b, const int* __restrict__ A,
            const int N, const int H, const int W, const long long gain, const int a_c,
            int* __restrict__ flips, u64* __restrict__ de2, int* __restrict__ totals,
            const int max_iter, unsigned long long* bar, int* bar_err, const int sp0,
-           const int chunk)
+           const int chunk, int* __restrict__ rowmark)
 {
     extern __shared__ int smem[];
     int* S = smem;                            // [W] static part of x for the current row
@@ -581,8 +617,9 @@ async_rows(short* __restrict__ Z, const int* __restrict__ b, const int* __restri
             for (int t = blockIdx.x; t < total; t += gridDim.x) {
                 const int n = t / rows_g;
                 const int y = ci + (t - n * rows_g) * sp;
-                // image already at a fixed point: skip (uniform per block)
-                if (!image_active(tid, flips, n, s, max_iter, s_go)) continue;
+                // image at a fixed point, or no flip near this row since its last
+                // evaluation: skip (uniform per block; see row_active)
+                if (!row_active(tid, flips, rowmark, n, y, H, s, max_iter, s_go)) continue;
                 short* Zn = Z + (size_t)n * H * W;
                 const int* bn = b + (size_t)n * H * W;
                 for (int x = tid; x < W + 2 * RAD; x += RT) {
@@ -670,8 +707,9 @@ async_rows(short* __restrict__ Z, const int* __restrict__ b, const int* __restri
                         __syncthreads();
                     }
                 }
-                commit_counts<RT / 32, true>(my_f, my_d, tid, flips + n * max_iter + s,
-                                             de2 + n * max_iter + s, totals + s, s_f, s_d);
+                const int row_flips = commit_counts<RT / 32, true>(
+                    my_f, my_d, tid, flips + n * max_iter + s, de2 + n * max_iter + s, totals + s, s_f, s_d);
+                if (tid == 0 && row_flips != 0) rowmark[(size_t)n * H + y] = s + 1;
             }
             if (!grid_barrier(bar, bar_err)) return;  // timed out: the host raises
         }

@@ -343,8 +343,13 @@ def _rows_config(n, h, w, defines):
 
 
 def _rows(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, totals, bar, bar_err):
-    """Every sweep in one persistent ``async_rows`` launch (see dtcnn.cu)."""
+    """Every sweep in one persistent ``async_rows`` launch (see dtcnn.cu).
+
+    With its zeroed row marks (n x h int32): rows with no flip near them since their
+    last evaluation are skipped, which changes no result (``row_active`` in dtcnn.cu).
+    """
     n, h, w = Z.shape
+    rowmark = get_cupy().zeros(n * h, dtype=np.int32)
     kern, blocks, threads, chunk, smem = _rows_config(n, h, w, defines)
     kern(
         (blocks,),
@@ -366,6 +371,7 @@ def _rows(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, 
             bar_err,
             np.int32(first_spacing or 0),
             np.int32(chunk),
+            rowmark,
         ),
         shared_mem=smem,
     )
@@ -613,7 +619,7 @@ class _Plan:
         kern, blocks, threads, chunk, smem = _rows_config(n, h, w, sweep_defines)
         layout = ["p", "p", ("q", A_dev.data.ptr), ("i", n), ("i", h), ("i", w), ("q", tm["gain_int"])]
         layout += [("i", int(tm["A_int"][r, r])), "p", "p", "p", ("i", max_iter), "p", "p"]
-        layout += [("i", first_spacing or 0), ("i", chunk)]
+        layout += [("i", first_spacing or 0), ("i", chunk), "p"]
         self.rows = Launch(kern, (blocks,), (threads,), layout, False, shared_mem=smem)
         levels = get_function("dtcnn", _LEVEL_KERNELS[self.out_dtype], **defines)
         self.levels = Launch(levels, grid, block, ["p", "p", ("q", size)], False)
@@ -622,6 +628,7 @@ class _Plan:
         self.parts = (0, part, 2 * part, 3 * part)
         self.ws_bytes = 3 * part + 2 * size
         self.offsets, self.words = _counter_offsets(n, max_iter)
+        self.mark_words = -(-n * h // 2)  # the row marks (int32) after the counters, zeroed with them
 
     def run(self, stk):
         """The four launches on the current stream; waits for the counters (host copy)."""
@@ -629,11 +636,11 @@ class _Plan:
         contiguous = type(stk) is cp.ndarray and stk.flags.c_contiguous
         src = stk if contiguous else cp.ascontiguousarray(cp.asarray(stk))  # NumPy: to the device
         ws = cp.empty(self.ws_bytes, dtype=cp.uint8)
-        counters = cp.empty(self.words, dtype=cp.uint64)
+        counters = cp.empty(self.words + self.mark_words, dtype=cp.uint64)
         out = cp.empty(self.shape, dtype=self.out_dtype)
         stream = cp.cuda.get_current_stream().ptr
         c = counters.data.ptr
-        cp.cuda.runtime.memsetAsync(c, 0, 8 * self.words, stream)
+        cp.cuda.runtime.memsetAsync(c, 0, 8 * (self.words + self.mark_words), stream)
         base = ws.data.ptr
         U, Zu, b, Z = (base + o for o in self.parts)
         s = self.prep.slots
@@ -645,12 +652,12 @@ class _Plan:
         o_de2, o_flips, o_totals, o_bar, o_err = self.offsets
         s = self.rows.slots
         s[0], s[1], s[8], s[9], s[10] = Z, b, c + o_flips, c + o_de2, c + o_totals
-        s[12], s[13] = c + o_bar, c + o_err
+        s[12], s[13], s[16] = c + o_bar, c + o_err, c + 8 * self.words
         self.rows.launch(stream)
         s = self.levels.slots
         s[0], s[1] = Z, out.data.ptr
         self.levels.launch(stream)
-        de2, flips, _, _, bar_err = _split_counters(counters.get(), self.n, self.max_iter)
+        de2, flips, _, _, bar_err = _split_counters(counters[: self.words].get(), self.n, self.max_iter)
         check_barrier_error(bar_err, "DTCNNHalftoner")
         return out, flips.astype(np.int64), de2.view(np.int64).astype(np.int64)
 
