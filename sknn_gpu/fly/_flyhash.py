@@ -183,7 +183,8 @@ def flyhash_bytes(
         ``d``, ``m``, ``s`` and the winners per row.
     projection : bool, default=False
         Count the projection: the connection table, the CSR ``components_``, the
-        GPU connection table and the random keys drawn per block.
+        GPU connection table, the random draws per block (and, on a GPU, their device
+        copy and the resolved picks).
     n_samples : int, default=0
         Rows to hash.
     output : {'sparse', 'dense', 'packed', 'winners'}, default='winners'
@@ -205,7 +206,9 @@ def flyhash_bytes(
         block = min(m, max(1, 8 * _DRAW_BLOCK_BYTES // max(1, d)))
         keys = block * s * 4 + min(block, max(1, _DRAW_CHUNK_BYTES // max(1, d))) * (d + 16)
         host += m * s * (4 + 4 + (8 if wide else 4)) + (m + 1) * (8 if wide else 4) + table + keys
-        gpu += table if device == "cuda" else 0
+        # on a GPU: the connection table, and one block's draws and picks while the
+        # GPU resolves Floyd's collisions (_flyhash_cuda.resolve_draws)
+        gpu += table + 2 * block * s * 4 if device == "cuda" else 0
     work_host, work_gpu = engine(device).work_bytes(n_samples, d, m, k, output, sparse=sparse)
     if sparse and n_samples and device == "cpu":  # components_ by columns: int64 units, indptr, CSC copy
         host += m * s * (8 + 4 + 4 + 4) + (d + 1) * 16
