@@ -166,7 +166,7 @@ __device__ __forceinline__ int coarse_bin(float v, float lo, float scale)
     return t > 0.0f ? (int)t : 0;
 }
 
-// Fine class of the count/emit passes: -1 below the window, NB above it, else a bin.
+// Fine class of the full pass and the window list: -1 below the window, NB above it, else a bin.
 // Monotone non-decreasing in v, which is all the selection needs.
 __device__ __forceinline__ int fine_class(float v, float wlo, float whi, float wscale, int clamp_lo,
                                           int clamp_hi)
