@@ -508,16 +508,41 @@ def test_connection_draw_does_not_depend_on_its_chunking(chunk_bytes, monkeypatc
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("n,d,s", [(15680, 784, 78), (301, 9, 5), (1000, 33, 32), (64, 8192, 300)])
-def test_cuda_resolves_the_projection_draws_as_the_host_does(n, d, s):
-    """The GPU's Floyd resolution of the same draws gives the host's picks, bit for bit."""
+@pytest.mark.parametrize(
+    "n,d,s", [(15680, 784, 78), (301, 9, 5), (1000, 33, 32), (64, 8192, 300), (700, 1024, 3)]
+)
+@pytest.mark.parametrize("used", [0, 5, 623, 624, 1000])
+def test_cuda_draws_the_projection_as_numpy_does(n, d, s, used, monkeypatch):
+    """The GPU's MT19937 + masked rejection + Floyd give the host's picks bit for bit and
+    leave the RandomState where NumPy's own draws leave it, from any position in the stream
+    (a fresh seed, mid-generation, at a generation's end) and over several blocks."""
     from sknn_gpu.fly import _flyhash, _flyhash_cuda
 
-    host = _flyhash._draw_connections(np.random.RandomState(5), n, d, s)
-    gpu = _flyhash._draw_connections(np.random.RandomState(5), n, d, s, resolve=_flyhash_cuda.resolve_draws)
+    if n == 700:
+        monkeypatch.setattr(_flyhash, "_DRAW_BLOCK_BYTES", 8 * 1024)  # blocks of 64 rows: 11 blocks
+    host_rng, gpu_rng = np.random.RandomState(5), np.random.RandomState(5)
+    if used:
+        host_rng.randint(0, 2**31, size=used)
+        gpu_rng.randint(0, 2**31, size=used)
+    host = _flyhash._draw_connections(host_rng, n, d, s)
+    gpu = _flyhash._draw_connections(gpu_rng, n, d, s, draw=_flyhash_cuda.draw_block)
     np.testing.assert_array_equal(gpu, host)
+    a, b = host_rng.get_state(), gpu_rng.get_state()
+    np.testing.assert_array_equal(a[1], b[1])
+    assert a[0] == b[0] and a[2:] == b[2:]
+    np.testing.assert_array_equal(host_rng.randint(0, 1000, 50), gpu_rng.randint(0, 1000, 50))
+
+
+@pytest.mark.cuda
+def test_cuda_projection_draw_leaves_other_generators_to_the_host():
+    from sknn_gpu.fly import _flyhash_cuda
+
     wide = _flyhash_cuda.FLOYD_MAX_FEATURES + 1
-    assert _flyhash_cuda.resolve_draws(np.zeros((2, 3), np.int32), wide) is None  # the host resolves
+    assert _flyhash_cuda.draw_block(np.random.RandomState(0), 10, wide, 3) is None
+    other = np.random.RandomState(np.random.PCG64(0))  # legacy API over another bit generator
+    before = other.get_state(legacy=False)
+    assert _flyhash_cuda.draw_block(other, 10, 50, 3) is None
+    assert other.get_state(legacy=False)["state"] == before["state"]  # nothing drawn
 
 
 @pytest.mark.cuda

@@ -527,3 +527,156 @@ extern "C" __global__ void floyd_resolve(const int* __restrict__ draws, const lo
         }
     }
 }
+
+// ---------------------------------------------------------------------------------
+// The projection's random draws on the GPU, exactly as NumPy's legacy
+// RandomState.randint(0, j + 1, size=n) makes them (a frozen stream, NEP 19): MT19937
+// 32-bit outputs, and per value the first output whose low bits (the smallest all-ones
+// mask >= j) are <= j. Both kernels run as one block.
+//
+// mt_raw: `count` tempered outputs from the state (key0, pos0), as NumPy's
+// mt19937_next32 gives them; gens[g] receives the key of generation g (gens[0] = key0,
+// then one per twist) so that the host can set the state where the draws stopped. The
+// twist is NumPy's in-place loop in three dependent phases: key[i] reads key[i + 1]
+// (old) and key[i + 397] (old for i < 227, else the new key[i - 227]); key[623] reads
+// the new key[0].
+// ---------------------------------------------------------------------------------
+#define MT_N 624
+#define MT_M 397
+
+__device__ __forceinline__ unsigned mt_mix(unsigned cur, unsigned next, unsigned far)
+{
+    const unsigned y = (cur & 0x80000000u) | (next & 0x7fffffffu);
+    return far ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+}
+
+__device__ __forceinline__ unsigned mt_temper(unsigned y)
+{
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+}
+
+extern "C" __global__ void __launch_bounds__(1024) mt_raw(const unsigned* __restrict__ key0, const int pos0,
+                                                          const long long count, unsigned* __restrict__ out,
+                                                          unsigned* __restrict__ gens)
+{
+    __shared__ unsigned ka[MT_N], kb[MT_N];
+    const int tid = threadIdx.x;
+    if (tid < MT_N) {
+        ka[tid] = key0[tid];
+        gens[tid] = key0[tid];
+    }
+    __syncthreads();
+    unsigned* cur = ka;
+    unsigned* nxt = kb;
+    long long done = 0, g = 0;
+    int pos = pos0;
+    while (done < count) {  // uniform
+        if (pos == MT_N) {
+            if (tid < MT_N - MT_M) nxt[tid] = mt_mix(cur[tid], cur[tid + 1], cur[tid + MT_M]);
+            __syncthreads();
+            if (tid >= MT_N - MT_M && tid < 2 * (MT_N - MT_M))
+                nxt[tid] = mt_mix(cur[tid], cur[tid + 1], nxt[tid - (MT_N - MT_M)]);
+            __syncthreads();
+            if (tid >= 2 * (MT_N - MT_M) && tid < MT_N - 1)
+                nxt[tid] = mt_mix(cur[tid], cur[tid + 1], nxt[tid - (MT_N - MT_M)]);
+            if (tid == MT_N - 1) nxt[tid] = mt_mix(cur[tid], nxt[0], nxt[MT_M - 1]);
+            __syncthreads();
+            unsigned* t = cur;
+            cur = nxt;
+            nxt = t;
+            pos = 0;
+            ++g;
+            if (tid < MT_N) gens[g * MT_N + tid] = cur[tid];
+        }
+        const long long left = count - done;
+        const int take = (int)(left < (long long)(MT_N - pos) ? left : (long long)(MT_N - pos));
+        if (tid < take) out[done + tid] = mt_temper(cur[pos + tid]);
+        done += take;
+        pos += take;
+    }
+}
+
+// mt_draws: the (s, n) draws of columns j = d - s .. d - 1 from the raw outputs, column
+// after column, each value the next output accepted by its column (masked rejection).
+// A thread takes 4 consecutive outputs per round; a block scan orders the accepted ones.
+// *consumed: outputs used, or -1 when `avail` ran out first (the host then draws).
+extern "C" __global__ void __launch_bounds__(1024) mt_draws(const unsigned* __restrict__ raw, const long long avail,
+                                                            const int n, const int s, const int d,
+                                                            int* __restrict__ draws, long long* __restrict__ consumed)
+{
+    __shared__ int warp_tot[32];
+    __shared__ long long s_next;
+    __shared__ int s_fail;
+    const int tid = threadIdx.x;
+    const int lane = tid & 31, warp = tid >> 5;
+    if (tid == 0) s_fail = 0;
+    long long p = 0;
+    for (int i = 0; i < s; ++i) {
+        const unsigned j = (unsigned)(d - s + i);
+        unsigned mask = j;
+        mask |= mask >> 1;
+        mask |= mask >> 2;
+        mask |= mask >> 4;
+        mask |= mask >> 8;
+        mask |= mask >> 16;
+        int* col = draws + (long long)i * n;
+        int have = 0;
+        while (have < n) {  // uniform
+            unsigned v[4];
+            int c = 0;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const long long t = p + 4 * tid + u;
+                v[u] = t < avail ? (raw[t] & mask) : 0xffffffffu;
+                c += v[u] <= j;
+            }
+            // exclusive block scan of c
+            int incl = c;
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int x = __shfl_up_sync(0xffffffffu, incl, o);
+                if (lane >= o) incl += x;
+            }
+            if (lane == 31) warp_tot[warp] = incl;
+            __syncthreads();
+            if (warp == 0) {
+                int wt = lane < (blockDim.x >> 5) ? warp_tot[lane] : 0;
+#pragma unroll
+                for (int o = 1; o < 32; o <<= 1) {
+                    const int x = __shfl_up_sync(0xffffffffu, wt, o);
+                    if (lane >= o) wt += x;
+                }
+                warp_tot[lane] = wt;  // inclusive over warps
+            }
+            __syncthreads();
+            const int total = warp_tot[31];
+            int k = have + (warp ? warp_tot[warp - 1] : 0) + incl - c;  // this thread's first slot
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                if (v[u] <= j) {
+                    if (k < n) col[k] = (int)v[u];
+                    if (k == n - 1) s_next = p + 4 * tid + u + 1;  // the column's last value
+                    ++k;
+                }
+            }
+            __syncthreads();
+            if (have + total >= n) {
+                have = n;
+                p = s_next;
+            } else {
+                have += total;
+                p += 4 * (long long)blockDim.x;
+                if (p >= avail) {
+                    if (tid == 0) s_fail = 1;
+                    have = n;
+                }
+            }
+            __syncthreads();  // warp_tot and s_next are rewritten by the next round
+        }
+        if (s_fail) break;  // uniform after the barrier
+    }
+    if (tid == 0) *consumed = s_fail ? -1ll : p;
+}

@@ -72,7 +72,7 @@ def engine(device):
 # --------------------------------------------------------------------------- #
 # Projection                                                                    #
 # --------------------------------------------------------------------------- #
-def _draw_connections(rng, n_units, n_features, n_connections, resolve=None):
+def _draw_connections(rng, n_units, n_features, n_connections, draw=None):
     """(n_units, s) int32: each row ``s`` distinct features, sorted ascending.
 
     ``rng`` is a ``numpy.random.RandomState`` (the caller resolved
@@ -82,12 +82,13 @@ def _draw_connections(rng, n_units, n_features, n_connections, resolve=None):
     already. ``s`` draws per unit instead of ``d`` keys and a partition (FlyNN's fit
     on a FashionMNIST-sized hash spent ~220 ms drawing its projection that way).
 
-    The draws come in blocks of rows, column after column (the random stream
-    depends on ``_DRAW_BLOCK_BYTES`` only). Resolving the collisions is
-    deterministic given the draws: ``resolve(draws, d)`` (the CUDA engine's
-    :func:`~._flyhash_cuda.resolve_draws`) may do it for a block and return the
-    sorted picks, or None; then the host does it (:func:`_resolve_on_host`). Either
-    way the projection is the same.
+    The draws come in blocks of rows, column after column, as
+    ``rng.randint(0, j + 1, size=rows)`` (the random stream depends on
+    ``_DRAW_BLOCK_BYTES`` only). ``draw(rng, rows, d, s)`` (the CUDA engine's
+    :func:`~._flyhash_cuda.draw_block`) may make a block instead, the same draws
+    from the same stream, leaving ``rng`` in the same state, and return its sorted
+    picks; or return None: then the host draws the block and resolves Floyd's
+    collisions (:func:`_resolve_on_host`). Either way the projection is the same.
     """
     out = np.empty((n_units, n_connections), dtype=np.int32)
     if n_connections >= n_features:
@@ -97,11 +98,13 @@ def _draw_connections(rng, n_units, n_features, n_connections, resolve=None):
     block = max(1, 8 * _DRAW_BLOCK_BYTES // max(1, d))
     for start in range(0, n_units, block):
         n = min(n_units, start + block) - start
-        draws = np.empty((s, n), dtype=np.int32)  # column i: unit draws for j = d - s + i
-        for i, j in enumerate(range(d - s, d)):
-            draws[i] = rng.randint(0, j + 1, size=n)
-        picks = None if resolve is None else resolve(draws, d)
-        out[start : start + n] = _resolve_on_host(draws, d) if picks is None else picks
+        picks = None if draw is None else draw(rng, n, d, s)
+        if picks is None:
+            draws = np.empty((s, n), dtype=np.int32)  # column i: unit draws for j = d - s + i
+            for i, j in enumerate(range(d - s, d)):
+                draws[i] = rng.randint(0, j + 1, size=n)
+            picks = _resolve_on_host(draws, d)
+        out[start : start + n] = picks
     return out
 
 
@@ -183,8 +186,8 @@ def flyhash_bytes(
         ``d``, ``m``, ``s`` and the winners per row.
     projection : bool, default=False
         Count the projection: the connection table, the CSR ``components_``, the
-        GPU connection table, the random draws per block (and, on a GPU, their device
-        copy and the resolved picks).
+        GPU connection table, the random draws per block (on a GPU: the raw
+        generator outputs, the draws and the picks of a block).
     n_samples : int, default=0
         Rows to hash.
     output : {'sparse', 'dense', 'packed', 'winners'}, default='winners'
@@ -206,9 +209,8 @@ def flyhash_bytes(
         block = min(m, max(1, 8 * _DRAW_BLOCK_BYTES // max(1, d)))
         keys = block * s * 4 + min(block, max(1, _DRAW_CHUNK_BYTES // max(1, d))) * (d + 16)
         host += m * s * (4 + 4 + (8 if wide else 4)) + (m + 1) * (8 if wide else 4) + table + keys
-        # on a GPU: the connection table, and one block's draws and picks while the
-        # GPU resolves Floyd's collisions (_flyhash_cuda.resolve_draws)
-        gpu += table + 2 * block * s * 4 if device == "cuda" else 0
+        # on a GPU: the connection table, and what drawing one block takes there
+        gpu += table + _flyhash_cuda.draw_block_bytes(block, s) if device == "cuda" else 0
     work_host, work_gpu = engine(device).work_bytes(n_samples, d, m, k, output, sparse=sparse)
     if sparse and n_samples and device == "cpu":  # components_ by columns: int64 units, indptr, CSC copy
         host += m * s * (8 + 4 + 4 + 4) + (d + 1) * 16
@@ -526,7 +528,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         )
         self.device_ = device
         self.n_features_in_ = int(n_features)
-        conn = _draw_connections(rng, m, n_features, s, resolve=engine(device).resolve_draws)
+        conn = _draw_connections(rng, m, n_features, s, draw=engine(device).draw_block)
         self.components_ = _components_matrix(conn, n_features)
         self.n_components_ = m
         self.n_connections_ = s

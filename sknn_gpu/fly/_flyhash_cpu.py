@@ -8,10 +8,10 @@ Same functions and signatures as :mod:`._flyhash_cuda`, same results bit for bit
   (exact WTA);
 * :func:`work_bytes` ``(n_samples, n_features, n_components, k, output, sparse=False)``:
   host and device bytes the two above allocate, for the estimator's size check;
-* :func:`resolve_draws` ``(draws, d)``: Floyd's collisions of a block of projection
-  draws, or None: here always None (the projection draw resolves them on the host,
-  ``_flyhash._resolve_on_host``, the reference); the CUDA engine resolves them on
-  the GPU.
+* :func:`draw_block` ``(rng, n, d, s)``: one block of the projection drawn by the
+  engine, or None: here always None (``_flyhash._draw_connections`` draws it on the
+  host and resolves Floyd's collisions there, the reference); the CUDA engine draws
+  the same stream on the GPU.
 
 ``progress``, when given, is called with the number of rows of every block once the
 block is hashed (the estimator's :class:`~sknn_gpu._progress.Progress`).
@@ -45,7 +45,7 @@ import scipy.sparse as sp
 from .._backend import to_host
 from ._wta import BISECT_STEPS, break_ties, wta_bisect_mask, wta_exact_mask
 
-__all__ = ["transform", "winners", "work_bytes", "integer_valued", "resolve_draws"]
+__all__ = ["transform", "winners", "work_bytes", "integer_valued", "draw_block"]
 
 #: Largest magnitude of integer-valued input (``precision='integer'``; the GPU's
 #: tensor-core path is exact up to it, :mod:`._flyhash_cuda`).
@@ -161,8 +161,8 @@ def integer_valued(X):
     return True
 
 
-def resolve_draws(draws, d):
-    """None: the host resolves the projection draws (:func:`._flyhash._draw_connections`)."""
+def draw_block(rng, n, d, s):
+    """None: the host draws the projection (:func:`._flyhash._draw_connections`)."""
     return None
 
 

@@ -35,7 +35,7 @@ from ._flyhash_cpu import INTEGER_LIMIT
 from ._flyhash_cpu import integer_valued as _host_integer_valued
 from ._wta import BISECT_STEPS, wta_bisect_mask, wta_exact_mask
 
-__all__ = ["transform", "winners", "work_bytes", "words", "integer_valued", "resolve_draws", "INTEGER_LIMIT"]
+__all__ = ["transform", "winners", "work_bytes", "words", "integer_valued", "draw_block", "INTEGER_LIMIT"]
 
 #: Fine/coarse histogram bins per row (the kernel's NB).
 NB = 512
@@ -51,8 +51,8 @@ BLOCK_BYTES = 512 * 2**20
 #: matters more than keeping a chunk in L2 (docs/performance.md).
 #: ``SKNN_GPU_FLYHASH_CHUNK_MB`` overrides it (tuning).
 GEMM_CHUNK_BYTES = 256 * 2**20
-#: Most features whose projection draws ``floyd_resolve`` resolves (its per-thread
-#: membership bits: 256 words); wider inputs are resolved on the host.
+#: Most features whose projection :func:`draw_block` draws on the GPU (``floyd_resolve``
+#: keeps 256 words of membership bits per thread); wider inputs are drawn on the host.
 FLOYD_MAX_FEATURES = 32 * 256
 #: Bound on the fused kernel's grid (one resident block per SM) used by
 #: :func:`work_bytes` to count the window lists without asking the device.
@@ -113,25 +113,68 @@ def integer_valued(X):  # pragma: no cover - needs a GPU
     return not any(_int_check_flag(Xb) for _, Xb in _device_batches(X, X.shape[1]))
 
 
-def resolve_draws(draws, d):  # pragma: no cover - needs a GPU
-    """Floyd's collisions of one block of projection draws on the GPU, or None.
+_MT_N = 624  # MT19937's state words
 
-    :func:`._flyhash._draw_connections`' ``resolve``: ``draws`` (s, n) int32 drawn on
-    the host; returns the (n, s) int32 sorted picks on the host, the same as the
-    host's resolution (it is deterministic given the draws) without its ~10-20 ms
-    of scattered NumPy indexing at FlyNN's default size. None (the host resolves)
-    above :data:`FLOYD_MAX_FEATURES` features.
+
+def _raw_count(n, d, s):
+    """Raw MT19937 outputs to generate for a block of ``n`` units: the mean the masked
+    rejection needs plus a margin of 8 standard deviations and 4,096 (a mask keeps more
+    than half of the outputs, so at most twice the draws are needed on average)."""
+    highs = np.arange(d - s, d, dtype=np.float64)
+    masks = np.array([(1 << int(j).bit_length()) - 1 for j in range(d - s, d)], dtype=np.float64)
+    mean = float(np.sum(n * (masks + 1.0) / (highs + 1.0)))
+    return int(mean * 1.01 + 8.0 * mean**0.5) + 4096
+
+
+def draw_block_bytes(n, s):
+    """Device bytes :func:`draw_block` allocates for ``n`` units of ``s`` connections, from
+    the sizes alone: the raw outputs (at most :func:`_raw_count`'s bound with twice the
+    draws), their generations' keys, the draws and the picks."""
+    count = int(2 * n * s * 1.01 + 8.0 * (2 * n * s) ** 0.5) + 4096
+    return 4 * count + 4 * (count + 3 * _MT_N) + 8 * n * s
+
+
+def draw_block(rng, n, d, s):  # pragma: no cover - needs a GPU
+    """One block of the projection drawn on the GPU: :func:`._flyhash._draw_connections`' ``draw``.
+
+    The same draws as ``rng.randint(0, j + 1, size=n)`` for ``j = d - s .. d - 1``
+    (NumPy's legacy RandomState stream is frozen: MT19937 outputs and masked
+    rejection, reproduced by ``mt_raw`` and ``mt_draws``), Floyd's collisions resolved
+    by ``floyd_resolve``; ``rng`` is then set to the state NumPy would have reached.
+    Returns the (n, s) int32 sorted picks on the host, or None (the host draws) above
+    :data:`FLOYD_MAX_FEATURES` features, for a generator that is not a legacy MT19937
+    RandomState, or if the generated outputs ran out (far beyond any realistic draw).
     """
-    if d > FLOYD_MAX_FEATURES:
+    if d > FLOYD_MAX_FEATURES or type(rng) is not np.random.RandomState:
         return None
+    if not isinstance(getattr(rng, "_bit_generator", None), np.random.MT19937):
+        return None  # RandomState over another bit generator: its stream is not MT19937's
+    _, key, pos, has_gauss, gauss = rng.get_state(legacy=True)
     cupy = get_cupy()
-    s, n = draws.shape
-    dev = cupy.asarray(draws)
-    out = cupy.empty((n, s), dtype=cupy.int32)
-    get_function("flyhash", "floyd_resolve")(
-        ((n + 127) // 128,), (128,), (dev, np.int64(n), np.int32(d), np.int32(s), out)
+    count = _raw_count(n, d, s)
+    raw = cupy.empty(count, dtype=cupy.uint32)
+    gens = cupy.empty(((int(pos) + count) // _MT_N + 2) * _MT_N, dtype=cupy.uint32)
+    get_function("flyhash", "mt_raw")(
+        (1,), (1024,), (cupy.asarray(key, dtype=cupy.uint32), np.int32(pos), np.int64(count), raw, gens)
     )
-    return out.get()
+    draws = cupy.empty((s, n), dtype=cupy.int32)
+    consumed = cupy.empty(1, dtype=cupy.int64)
+    get_function("flyhash", "mt_draws")(
+        (1,), (1024,), (raw, np.int64(count), np.int32(n), np.int32(s), np.int32(d), draws, consumed)
+    )
+    picks = cupy.empty((n, s), dtype=cupy.int32)
+    get_function("flyhash", "floyd_resolve")(
+        ((n + 127) // 128,), (128,), (draws, np.int64(n), np.int32(d), np.int32(s), picks)
+    )
+    used = int(consumed.get()[0])
+    if used < 0:
+        return None
+    # the state after `used` outputs: NumPy keeps the last generation with pos 624 at its end
+    g, q = divmod(int(pos) + used, _MT_N)
+    if q == 0:
+        g, q = g - 1, _MT_N
+    rng.set_state(("MT19937", gens[g * _MT_N : (g + 1) * _MT_N].get(), q, has_gauss, gauss))
+    return picks.get()
 
 
 def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
