@@ -393,7 +393,7 @@ SMALL_WORK_BYTES = 16 << 20
 
 def check_memory(
     n_bytes: int, device: str, what: str = "this operation", headroom: float = 0.9, floor: int = 0
-) -> None:
+) -> int:
     """Refuse work before allocating when ``n_bytes`` will not fit on ``device``.
 
     Parameters
@@ -409,6 +409,11 @@ def check_memory(
     floor : int, default=0
         Work of at most ``floor`` bytes passes without asking for the free memory
         (see :data:`SMALL_WORK_BYTES`).
+
+    Returns
+    -------
+    int
+        ``n_bytes``, once it is known to fit (or to be at most ``floor``).
 
     Raises
     ------

@@ -533,6 +533,19 @@ def test_cuda_draws_the_projection_as_numpy_does(n, d, s, used, monkeypatch):
     np.testing.assert_array_equal(host_rng.randint(0, 1000, 50), gpu_rng.randint(0, 1000, 50))
 
 
+@pytest.mark.parametrize(
+    "n,d,s", [(15680, 784, 78), (42799, 784, 39), (1, 2, 1), (64, 8192, 300), (5, 1025, 1)]
+)
+def test_gpu_draw_estimate_bounds_what_draw_block_allocates(n, d, s):
+    """flyhash_bytes' sizes-only bound covers draw_block's buffers for any stream position."""
+    from sknn_gpu.fly import _flyhash_cuda as fc
+
+    count = fc._raw_count(n, d, s)
+    gens = ((fc._MT_N + count) // fc._MT_N + 2) * fc._MT_N  # the largest: a state at position 624
+    assert count >= n * s  # at least one output per draw
+    assert 4 * count + 4 * gens + 8 * n * s <= fc.draw_block_bytes(n, s)
+
+
 @pytest.mark.cuda
 def test_cuda_projection_draw_leaves_other_generators_to_the_host():
     from sknn_gpu.fly import _flyhash_cuda

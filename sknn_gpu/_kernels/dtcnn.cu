@@ -154,9 +154,9 @@ conv_int(const int* __restrict__ V, const int* __restrict__ T, int* __restrict__
 }
 
 // Block-wide sum of (flips, 2 dE) committed with one atomic per counter per block: the one
-// commit of every kernel below; thread 0 gets the block's flip count back. NW: warps per block. WARP_SUM: first sum the 32 lanes of
-// each warp (false where only lane 0 of each warp holds values: the one-warp-per-cell
-// sparse sweep). tid: the thread's linear index in the block (an int, or threadIdx.x
+// commit of every kernel below; thread 0 gets the block's flip count back (0 elsewhere).
+// NW: warps per block. WARP_SUM: first sum the 32 lanes of each warp (false where only
+// lane 0 of each warp holds values: the one-warp-per-cell sparse sweep). tid: the thread's linear index in the block (an int, or threadIdx.x
 // itself). Every thread of the block must call it (block barriers inside). Integer sums:
 // the order never changes the result.
 template <int NW, bool WARP_SUM, typename Tid>

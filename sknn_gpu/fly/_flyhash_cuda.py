@@ -116,21 +116,26 @@ def integer_valued(X):  # pragma: no cover - needs a GPU
 _MT_N = 624  # MT19937's state words
 
 
+def _with_margin(mean):
+    """Raw outputs to generate for ``mean`` expected ones: 1 % more, 8 standard deviations
+    and 4,096 besides (running out only sends the block back to the host)."""
+    return int(mean * 1.01 + 8.0 * mean**0.5) + 4096
+
+
 def _raw_count(n, d, s):
-    """Raw MT19937 outputs to generate for a block of ``n`` units: the mean the masked
-    rejection needs plus a margin of 8 standard deviations and 4,096 (a mask keeps more
-    than half of the outputs, so at most twice the draws are needed on average)."""
+    """Raw MT19937 outputs to generate for a block of ``n`` units: what the masked
+    rejection needs on average, with :func:`_with_margin`."""
     highs = np.arange(d - s, d, dtype=np.float64)
     masks = np.array([(1 << int(j).bit_length()) - 1 for j in range(d - s, d)], dtype=np.float64)
-    mean = float(np.sum(n * (masks + 1.0) / (highs + 1.0)))
-    return int(mean * 1.01 + 8.0 * mean**0.5) + 4096
+    return _with_margin(float(np.sum(n * (masks + 1.0) / (highs + 1.0))))
 
 
 def draw_block_bytes(n, s):
     """Device bytes :func:`draw_block` allocates for ``n`` units of ``s`` connections, from
-    the sizes alone: the raw outputs (at most :func:`_raw_count`'s bound with twice the
-    draws), their generations' keys, the draws and the picks."""
-    count = int(2 * n * s * 1.01 + 8.0 * (2 * n * s) ** 0.5) + 4096
+    the sizes alone: a mask keeps more than half of the outputs, so :func:`_raw_count` is
+    at most ``_with_margin(2 n s)``; then the outputs, their generations' keys (at most
+    the outputs plus 3 generations), the draws and the picks."""
+    count = _with_margin(2.0 * n * s)
     return 4 * count + 4 * (count + 3 * _MT_N) + 8 * n * s
 
 
