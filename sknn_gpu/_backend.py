@@ -38,6 +38,7 @@ __all__ = [
     "is_device_array",
     "to_device",
     "to_host",
+    "host_mapped",
     "same_type_as_input",
     "OUTPUT_TYPES",
     "get_config",
@@ -257,6 +258,25 @@ def to_host(x: Any) -> Any:
     if sp.issparse(x):
         return x
     return np.asarray(x)
+
+
+def host_mapped(shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, Any]:
+    """A NumPy array in pinned host memory and a CuPy array over the same bytes.
+
+    Under unified addressing (every 64-bit platform CuPy supports) pinned host memory
+    is addressable from kernels with the host pointer, so kernels can read their input
+    from it and write their results into it: no copy call, no device allocation, and
+    the host reads the results once the stream is synchronized. Worth it for a few
+    kilobytes read once (one-row predictions, flags); every device access crosses the
+    PCIe bus, so large arrays belong in device memory.
+    """
+    cp = get_cupy()
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    mem = cp.cuda.alloc_pinned_memory(max(nbytes, 1))
+    host = np.ndarray(shape, dtype=dtype, buffer=mem)
+    raw = cp.cuda.UnownedMemory(mem.ptr, max(nbytes, 1), mem, cp.cuda.runtime.getDevice())
+    return host, cp.ndarray(shape, dtype=dtype, memptr=cp.cuda.MemoryPointer(raw, 0))
 
 
 #: What estimator outputs are converted to: ``'input'`` (follow the input), ``'numpy'`` or ``'cupy'``.

@@ -676,6 +676,69 @@ def test_gpu_forward_flags_non_finite_input(executor, rng):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("executor", ["auto", "level", "fused:smem", "fused:grid", "fused:cluster"])
+def test_gpu_small_numpy_batches_run_from_pinned_memory(executor, monkeypatch, rng):
+    """A small float64 NumPy batch on the GPU is read and answered in pinned host memory
+    (forward_host): the same bits as the CuPy input, NumPy out, 1-D in 1-D out, any
+    memory order, non-finite input flagged; a larger batch takes the copy path."""
+    import cupy as cp
+
+    from sknn_gpu.sparse import _graph_cuda
+
+    g = SparseGraph.random_layered(6, 2, 7, 900, random_state=int(rng.integers(1e6)))
+    calls = []
+    real = _graph_cuda.forward_host
+    monkeypatch.setattr(
+        _graph_cuda, "forward_host", lambda g, X, **k: calls.append(X.shape) or real(g, X, **k)
+    )
+    for batch in (1, 3, 1, 3):  # the second round reuses the pinned buffers
+        X = rng.normal(size=(batch, 6))
+        got = g.forward(X, device="cuda", executor=executor)
+        assert type(got) is np.ndarray and got.shape == (batch, 2)
+        np.testing.assert_array_equal(got, g.forward(cp.asarray(X), executor=executor).get())
+        np.testing.assert_allclose(got, g.forward(X, device="cpu"), rtol=1e-5, atol=1e-12)
+    one = g.forward(X[0], device="cuda", executor=executor)
+    assert one.shape == (2,)
+    np.testing.assert_array_equal(one, g.forward(cp.asarray(X[:1]), executor=executor).get()[0])
+    Xf = np.asfortranarray(rng.normal(size=(5, 6)))
+    np.testing.assert_array_equal(
+        g.forward(Xf, device="cuda", executor=executor), g.forward(cp.asarray(Xf), executor=executor).get()
+    )
+    Xb = X.copy()
+    Xb[-1, 2] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        g.forward(Xb, device="cuda", executor=executor)
+    np.testing.assert_array_equal(g.forward(X, device="cuda", executor=executor), got)  # flag cleared
+    assert calls == [(1, 6), (3, 6), (1, 6), (3, 6), (1, 6), (5, 6), (3, 6), (3, 6)]
+    big = rng.normal(size=(_graph_cuda.HOST_MAPPED_MAX_BYTES // (8 * 8) + 1, 6))
+    np.testing.assert_allclose(
+        g.forward(big, device="cuda"), g.forward(big, device="cpu"), rtol=1e-5, atol=1e-12
+    )
+    assert len(calls) == 8  # too large for pinned memory: copied to the device
+
+
+@pytest.mark.cuda
+def test_gpu_pinned_buffers_are_per_thread(rng):
+    """Threads predicting one row each at the same time get their own rows' outputs."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import cupy as cp
+
+    g = SparseGraph.random_layered(12, 3, 6, 4000, random_state=int(rng.integers(1e6)))
+    X = rng.normal(size=(48, 12))
+    ref = np.concatenate([g.forward(cp.asarray(X[i : i + 1])).get() for i in range(X.shape[0])])
+
+    def rows(i):
+        return [g.forward(X[i : i + 1], device="cuda") for _ in range(40)]
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(rows, range(X.shape[0])))
+    for i, outs in enumerate(results):
+        for out in outs:
+            np.testing.assert_array_equal(out, ref[i : i + 1])
+
+
+@pytest.mark.cuda
 def test_gpu_forward_wide_levels_use_grid_barrier(rng):
     import cupy as cp
 

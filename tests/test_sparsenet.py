@@ -364,6 +364,32 @@ def test_gpu_predict_caches_the_target_scaling_per_fit(rng):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("input_activation", ["identity", "sigmoid"])
+def test_gpu_predict_of_a_few_numpy_rows_uses_pinned_memory(input_activation, monkeypatch, rng):
+    """A few NumPy rows are predicted from pinned host memory (no copies): the same bits as
+    the CuPy rows; a squashed input keeps the device path (its tanh runs on the GPU)."""
+    import cupy as cp
+
+    from sknn_gpu.sparse import _graph_cuda
+
+    X, y, Xt, _ = friedman(rng, n=200)
+    kw = dict(n_hidden=16, density=0.4, max_iter=3, random_state=0, input_activation=input_activation)
+    reg = SparseNetRegressor(device="cuda", **kw).fit(X, y)
+    calls = []
+    real = _graph_cuda.forward_host
+    monkeypatch.setattr(
+        _graph_cuda, "forward_host", lambda g, X, **k: calls.append(X.shape) or real(g, X, **k)
+    )
+    for rows in (Xt[:1], Xt[:7], np.asfortranarray(Xt[:7])):
+        got = reg.predict(rows)
+        assert type(got) is np.ndarray and got.shape == (rows.shape[0],)
+        np.testing.assert_array_equal(got, reg.predict(cp.asarray(rows)).get())
+    assert calls == ([(1, 10), (7, 10), (7, 10)] if input_activation == "identity" else [])
+    with pytest.raises(ValueError, match="NaN"):
+        reg.predict(np.where(Xt[:2] > 0.5, np.nan, Xt[:2]))
+
+
+@pytest.mark.cuda
 def test_cupy_input_stays_on_the_gpu(monkeypatch, rng):
     import cupy as cp
 

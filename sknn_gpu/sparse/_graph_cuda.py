@@ -11,13 +11,24 @@ device); device facts from :func:`sknn_gpu._backend.device_limits`.
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
-from .._backend import SMALL_WORK_BYTES, check_memory, device_limits, get_cupy
+from .._backend import SMALL_WORK_BYTES, check_memory, device_limits, get_cupy, host_mapped
 from .._kernels import check_barrier_error, get_function
 from .._kernels._launch import Launch, LaunchTable
 
-__all__ = ["forward", "backward", "prepared_forward", "device_plan", "choose_executor", "FUSED_MAX_MEAN_WORK"]
+__all__ = [
+    "forward",
+    "forward_host",
+    "fits_host_mapped",
+    "backward",
+    "prepared_forward",
+    "device_plan",
+    "choose_executor",
+    "FUSED_MAX_MEAN_WORK",
+]
 
 #: Mean work per level (nodes x samples) up to which the single-launch executor is used.
 FUSED_MAX_MEAN_WORK = 20000
@@ -60,20 +71,14 @@ def device_plan(graph):
         d["lvl_fan_max"] = (
             np.maximum.reduceat(fan, lp[:-1]) if rows.size and fan.size else np.zeros(rows.size, np.int64)
         )
-        # host-mapped flag for the in-kernel finiteness check of X (pinned memory is
-        # addressable from kernels under unified addressing)
-        mem = cp.cuda.alloc_pinned_memory(4)
-        d["flag_mem"] = mem
-        d["flag_np"] = np.ndarray((1,), dtype=np.int32, buffer=mem)
-        d["flag_np"][0] = 0
-        d["flag_addr"] = np.uint64(mem.ptr)
-        # host-mapped error word of the fused kernels' grid barriers (grid_barrier.cuh): the
-        # device writes it only on a time-out, so reading it costs the host no copy or wait
-        mem = cp.cuda.alloc_pinned_memory(4)
-        d["bar_err_mem"] = mem
-        d["bar_err_np"] = np.ndarray((1,), dtype=np.int32, buffer=mem)
-        d["bar_err_np"][0] = 0
-        d["bar_err_addr"] = np.uint64(mem.ptr)
+        # host-mapped flag for the in-kernel finiteness check of X, and the fused kernels'
+        # grid-barrier error word (grid_barrier.cuh): the device writes them, the host
+        # reads them without a copy (the error word is written only on a time-out)
+        d["flag_np"], flag = host_mapped((1,), np.int32)
+        d["bar_err_np"], err = host_mapped((1,), np.int32)
+        d["flag_np"][0] = d["bar_err_np"][0] = 0
+        d["flag_addr"], d["bar_err_addr"] = np.uint64(flag.data.ptr), np.uint64(err.data.ptr)
+        d["mapped"] = {}  # (thread, batch) -> the staging buffers of forward_host
         d["cfg"] = {}
         graph._dev[key] = d
     return d
@@ -571,6 +576,38 @@ def prepared_forward(graph, X, executor="auto"):
     return (lambda: launch(X, V, out, w, b)), out
 
 
+def _plan_config(graph, batch, executor, need_bytes=0):
+    """The device plan and launch configuration for ``batch`` rows, after the checks every
+    forward pass makes first: an earlier launch's barrier time-out, and the node values
+    (plus ``need_bytes``) against free memory."""
+    cp = get_cupy()
+    d = graph._dev.get(cp.cuda.runtime.getDevice())
+    if d is None:
+        d = device_plan(graph)
+    cfg = d["cfg"].get((batch, executor))
+    if cfg is None:
+        cfg = _exec_config(d, batch, executor)
+    if d["bar_err_np"][0]:  # a grid barrier of an earlier launch timed out (host-mapped: no copy)
+        _barrier_failed(d)
+    check_memory(
+        cfg["need"] + need_bytes, "cuda", "SparseGraph forward (node values)", floor=SMALL_WORK_BYTES
+    )
+    return d, cfg
+
+
+def _launch_checked(d, cfg, X, V, out, w, b):
+    """Launch with the finiteness flag, wait, and raise for a flagged input (ValueError)
+    or a barrier time-out (RuntimeError)."""
+    cfg["launch"](X, V, out, w, b, d["flag_addr"])
+    get_cupy().cuda.get_current_stream().synchronize()
+    if d["bar_err_np"][0]:
+        _barrier_failed(d)
+    flag = d["flag_np"]
+    if flag[0]:
+        flag[0] = 0
+        raise ValueError("X contains NaN or infinite values.")
+
+
 def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_finite=False):
     """Our kernels: evaluate ``graph`` on CuPy ``X`` (n_samples, n_inputs), float64.
 
@@ -580,18 +617,10 @@ def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_
     replaces a separate reduction over ``X``).
     """
     cp = get_cupy()
-    d = graph._dev.get(cp.cuda.runtime.getDevice())
-    if d is None:
-        d = device_plan(graph)
     if X.dtype != cp.float64 or not X.flags.c_contiguous:
         X = cp.ascontiguousarray(X, dtype=cp.float64)
     B = X.shape[0]
-    cfg = d["cfg"].get((B, executor))
-    if cfg is None:
-        cfg = _exec_config(d, B, executor)
-    if d["bar_err_np"][0]:  # a grid barrier of an earlier launch timed out (host-mapped: no copy)
-        _barrier_failed(d)
-    check_memory(cfg["need"], "cuda", "SparseGraph forward (node values)", floor=SMALL_WORK_BYTES)
+    d, cfg = _plan_config(graph, B, executor)
     out = cp.empty((B, d["n_out"]), dtype=cp.float64)
     if keep_values:
         V = cp.empty((d["n_slots"], B), dtype=cp.float64)
@@ -599,18 +628,70 @@ def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_
         V = _scratch_values(cfg, d["n_slots"], B)
     else:
         V = None
+    w = d["w"] if w is None else w
+    b = d["b"] if b is None else b
     if check_finite:
-        cfg["launch"](X, V, out, d["w"] if w is None else w, d["b"] if b is None else b, d["flag_addr"])
-        cp.cuda.get_current_stream().synchronize()
-        if d["bar_err_np"][0]:
-            _barrier_failed(d)
-        flag = d["flag_np"]
-        if flag[0]:
-            flag[0] = 0
-            raise ValueError("X contains NaN or infinite values.")
+        _launch_checked(d, cfg, X, V, out, w, b)
     else:
-        cfg["launch"](X, V, out, d["w"] if w is None else w, d["b"] if b is None else b)
+        cfg["launch"](X, V, out, w, b)
     return (out, V) if keep_values else out
+
+
+#: Largest batch (its inputs and outputs, bytes) that :func:`forward_host` evaluates
+#: from pinned host memory; larger NumPy batches are copied to the device.
+HOST_MAPPED_MAX_BYTES = 64 << 10
+
+#: cudaMemcpyHostToDevice
+_H2D = 1
+
+#: Staging buffer sets kept per plan (one per thread and batch size) before they are dropped.
+HOST_MAPPED_MAX_BUFFERS = 32
+
+
+def fits_host_mapped(graph, X):
+    """Whether :func:`forward_host` takes ``X``: a 2-D float64 NumPy array of the graph's
+    width, at most ``HOST_MAPPED_MAX_BYTES`` of inputs and outputs."""
+    return (
+        type(X) is np.ndarray
+        and X.ndim == 2
+        and X.dtype == np.float64
+        and X.shape[1] == graph.n_inputs
+        and 8 * X.shape[0] * (graph.n_inputs + graph.n_outputs) <= HOST_MAPPED_MAX_BYTES
+    )
+
+
+def forward_host(graph, X, executor="auto"):
+    """Evaluate a small float64 NumPy batch (see :func:`fits_host_mapped`) with one copy
+    call and no allocation: a latency path for one-row predictions.
+
+    ``X`` is written into a pinned host buffer and copied asynchronously into a device
+    buffer (the kernels read it there: read in place over the bus, a wide row read by
+    every block of a cluster took far longer); the kernels write the outputs straight
+    into pinned host memory (:func:`~sknn_gpu._backend.host_mapped`), which the host
+    reads once the stream is synchronized. The buffers are kept with the device plan
+    per (thread, batch size), so concurrent callers do not share them. A non-finite
+    input raises ValueError (the kernels' flag). Returns a new NumPy array of shape
+    (n_samples, n_outputs).
+    """
+    B = X.shape[0]
+    d, cfg = _plan_config(graph, B, executor)
+    key = (threading.get_ident(), B)
+    bufs = d["mapped"].get(key)
+    if bufs is None:
+        if len(d["mapped"]) >= HOST_MAPPED_MAX_BUFFERS:
+            d["mapped"].clear()  # a caller still holding its buffers keeps them alive
+        x_host = host_mapped((B, d["n_in"]), np.float64)[0]
+        x_dev = get_cupy().empty((B, d["n_in"]), dtype=np.float64)
+        bufs = (x_host, x_dev) + host_mapped((B, d["n_out"]), np.float64)
+        d["mapped"][key] = bufs
+    x_host, x_dev, out_host, out_dev = bufs
+    np.copyto(x_host, X)
+    cp = get_cupy()
+    stream = cp.cuda.get_current_stream().ptr
+    cp.cuda.runtime.memcpyAsync(x_dev.data.ptr, x_host.ctypes.data, x_host.nbytes, _H2D, stream)
+    V = _scratch_values(cfg, d["n_slots"], B) if cfg["needs_v"] else None
+    _launch_checked(d, cfg, x_dev, V, out_dev, d["w"], d["b"])
+    return out_host.copy()
 
 
 def backward(graph, V, G_out, w, executor="auto"):

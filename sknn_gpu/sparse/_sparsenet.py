@@ -359,11 +359,14 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             Xv = self._unchanged_host_X(X)
             if Xv is None:
                 Xv = validate_data(self, X, reset=False, dtype=np.float64)
-        need = self._memory_estimate(Xv.shape[0], Xv.shape[1], self.n_outputs_, fit=False)
-        self._check_memory(need, "SparseNetRegressor.predict")
-        out = self._forward_chunks(self._squash_inputs(to_device(Xv, self.device_)))
-        if not is_device_array(X):  # NumPy in, NumPy out: undo the scaling after the copy back
-            out = to_host(out)  # (the same two float64 operations, no GPU launches for them)
+        if self._host_mapped_predict(X, Xv):  # a few NumPy rows on the GPU: no copies, no allocation
+            out = engine("cuda").forward_host(self.graph_, Xv)
+        else:
+            need = self._memory_estimate(Xv.shape[0], Xv.shape[1], self.n_outputs_, fit=False)
+            self._check_memory(need, "SparseNetRegressor.predict")
+            out = self._forward_chunks(self._squash_inputs(to_device(Xv, self.device_)))
+            if not is_device_array(X):  # NumPy in, NumPy out: undo the scaling after the copy back
+                out = to_host(out)  # (the same two float64 operations, no GPU launches for them)
         out = self._unscale(out)
         if self._y_1d:
             out = out[:, 0]
@@ -493,6 +496,18 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         if array_module(out) is np:
             return out * self._y_scale + self._y_mean
         return out * self._device_copy("_y_scale") + self._device_copy("_y_mean")
+
+    def _host_mapped_predict(self, X, Xv):
+        """Whether ``predict`` evaluates the validated NumPy rows ``Xv`` from pinned host
+        memory (``_graph_cuda.forward_host``): on the GPU, for a small batch, with the
+        identity input activation (a squashed input would be computed on the host, not
+        with the device's ``tanh`` that larger batches use, and could differ in the last bit)."""
+        return (
+            self.device_ == "cuda"
+            and not is_device_array(X)
+            and getattr(self, "input_activation", "identity") == "identity"
+            and engine("cuda").fits_host_mapped(self.graph_, Xv)
+        )
 
     def _squash_inputs(self, X):
         """``X`` after ``input_activation`` (a new array for 'sigmoid'; ``X`` itself otherwise)."""
