@@ -39,6 +39,8 @@ __all__ = [
     "to_device",
     "to_host",
     "host_mapped",
+    "all_finite",
+    "abs_max",
     "same_type_as_input",
     "OUTPUT_TYPES",
     "get_config",
@@ -277,6 +279,55 @@ def host_mapped(shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, Any]:
     host = np.ndarray(shape, dtype=dtype, buffer=mem)
     raw = cp.cuda.UnownedMemory(mem.ptr, max(nbytes, 1), mem, cp.cuda.runtime.getDevice())
     return host, cp.ndarray(shape, dtype=dtype, memptr=cp.cuda.MemoryPointer(raw, 0))
+
+
+@functools.cache
+def _device_reductions(device_id):
+    """CuPy reduction kernels that read an array once and write no temporary."""
+    cp = get_cupy()
+    return {
+        "all_finite": cp.ReductionKernel(
+            "T x", "bool y", "isfinite(x)", "a && b", "y = a", "true", "sknn_all_finite"
+        ),
+        # the largest magnitude from the bits: exact for subnormals, which CuPy's float
+        # kernels (-ftz=true) would see as zeros
+        "abs_max_bits": cp.ReductionKernel(
+            "T x",
+            "T y",
+            "x & (T)(~((T)1 << (sizeof(T) * 8 - 1)))",
+            "max(a, b)",
+            "y = a",
+            "0",
+            "sknn_abs_max_bits",
+        ),
+    }
+
+
+def all_finite(x: Any) -> bool:
+    """Whether every value of the real array ``x`` (NumPy or CuPy) is finite.
+
+    On the GPU a float32/float64 array is checked by one fused reduction (no
+    temporary boolean array, one pass over ``x``).
+    """
+    xp = array_module(x)
+    if xp is np or x.dtype not in (np.float32, np.float64) or x.size == 0:
+        return bool(xp.isfinite(x).all())
+    return bool(_device_reductions(xp.cuda.runtime.getDevice())["all_finite"](x))
+
+
+def abs_max(x: Any) -> float:
+    """The largest magnitude of a non-empty real array ``x`` (NumPy or CuPy), as a float.
+
+    On the GPU a float32/float64 array is reduced on its bits in one pass: exact for
+    subnormal values too (CuPy's float kernels flush them to zero), inf for inf, NaN
+    when ``x`` holds a NaN.
+    """
+    xp = array_module(x)
+    if xp is np or x.dtype not in (np.float32, np.float64):
+        return float(xp.abs(x).max())
+    ut = np.uint32 if x.dtype == np.float32 else np.uint64
+    bits = _device_reductions(xp.cuda.runtime.getDevice())["abs_max_bits"](x.view(ut))
+    return float(np.array(bits.get(), dtype=ut).view(x.dtype))
 
 
 #: What estimator outputs are converted to: ``'input'`` (follow the input), ``'numpy'`` or ``'cupy'``.

@@ -11,6 +11,7 @@ from sklearn.utils._param_validation import StrOptions
 from . import __version__, _backend
 from ._backend import (
     OUTPUT_TYPES,
+    all_finite,
     array_module,
     cuda_available,
     get_xp,
@@ -168,7 +169,7 @@ class DeviceMixin:
             if contiguous:
                 X = xp.ascontiguousarray(X)
         data = X.data if sparse else X
-        if data.dtype.kind == "f" and data.size and not bool(array_module(data).isfinite(data).all()):
+        if data.dtype.kind == "f" and data.size and not all_finite(data):
             raise ValueError("Input X contains NaN or infinity.")
         if reset:
             self.n_features_in_ = int(X.shape[1])

@@ -435,3 +435,28 @@ def test_check_memory_skips_the_query_for_work_up_to_its_floor(monkeypatch):
     assert calls == ["cpu"]
     with pytest.raises(backend.InsufficientMemoryError):
         backend.check_memory(4096, "cpu")  # no floor: always asked
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", pytest.param("cupy", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32])
+def test_all_finite_and_abs_max_on_both_devices(xp_name, dtype):
+    """One fused pass on the GPU: the same answers as NumPy, float32 subnormals kept
+    (CuPy's float kernels would flush them), inf and NaN seen."""
+    from sknn_gpu._backend import abs_max, all_finite
+
+    xp = np if xp_name == "numpy" else pytest.importorskip("cupy")
+    base = np.array([[0.5, -3.0, 2.0], [7.0, -0.0, 1.0]], dtype=dtype)
+    assert all_finite(xp.asarray(base)) and abs_max(xp.asarray(base)) == 7.0
+    assert abs_max(xp.asarray(-base)) == 7.0
+    if dtype == np.int32:
+        return
+    for bad, amax in ((np.inf, np.inf), (-np.inf, np.inf), (np.nan, None)):
+        X = base.copy()
+        X[1, 2] = bad
+        assert not all_finite(xp.asarray(X))
+        got = abs_max(xp.asarray(X))
+        assert got == amax if amax is not None else np.isnan(got)
+    if dtype == np.float32:
+        tiny = np.array([1e-40, -3e-41, 0.0], dtype=np.float32)  # subnormals
+        assert abs_max(xp.asarray(tiny)) == np.float32(1e-40)
+    assert all_finite(xp.asarray(base[:0]))

@@ -101,6 +101,20 @@ def test_flynn_reads_precision_at_every_call():
         clf.predict(X + 0.5)
 
 
+def test_fast_scale_keeps_float16_activations_finite():
+    """'fast' scales each row's largest magnitude into [2**(TOP-1), 2**TOP): S of them sum
+    below float16's largest value, with the largest TOP that does; float32 activations
+    only when no TOP >= 1 can (S > 32752)."""
+    for s in [1, 2, 3, 39, 78, 153, 900, 4096, 32752, 32753, 60000]:
+        top, half = _flyhash_cuda._fast_scale_top(s)
+        if half:
+            assert 1 <= top <= 15 and s * 2.0**top <= _flyhash_cuda.HALF_MAX
+            assert top == 15 or s * 2.0 ** (top + 1) > _flyhash_cuda.HALF_MAX
+        else:
+            assert s > 32752 and top == 15
+    assert _flyhash_cuda._fast_scale_top(39) == (10, True)
+
+
 # ----------------------------------------------------------------------------- GPU
 @pytest.mark.cuda
 @pytest.mark.parametrize(
@@ -165,6 +179,54 @@ def test_fast_keeps_the_exact_winners(rng, data):
     else:
         X = rng.random((2000, 784)).astype(np.float32)
         params = {"n_components": 25088 // 4, "k": 313, "n_connections": 39}
+    exact, _ = _hash(X, "exact", "cpu", **params)
+    fast, _ = _hash(X, "fast", "cuda", **params)
+    assert np.all(fast.sum(axis=1) == params["k"])
+    assert _recall(fast, exact) >= 0.99
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("bits", [16, 32])
+@pytest.mark.parametrize("m", [1000, 1003])  # 16-byte loads, one key at a time
+@pytest.mark.parametrize("smem_keys", [1, 0])
+def test_fly_select_ranks_like_a_stable_sort(rng, bits, m, smem_keys):
+    """fly_select on float16 and float32 activations: the k largest per row, ties to the
+    lower unit, -0.0 equal to +0.0, rows of one repeated value."""
+    import cupy
+
+    from sknn_gpu._kernels import get_function
+
+    n, k = 64, 37
+    dt = np.float16 if bits == 16 else np.float32
+    pool = np.array([-0.0, 0.0, 1.0, -1.0, 2.5, 1000.0, 65504.0, -65504.0, 6e-8, 0.5], dt)
+    A = np.where(rng.random((n, m)) < 0.5, pool[rng.integers(0, pool.size, (n, m))], rng.normal(size=(n, m)))
+    A = A.astype(dt)
+    A[0] = 3.0
+    A[1] = np.where(rng.random(m) < 0.5, -0.0, 0.0)
+    ref = np.zeros((n, m), bool)
+    for r in range(n):
+        ref[r, np.lexsort((np.arange(m), -A[r].astype(np.float64)))[:k]] = True
+    mw = -(-m // 32)
+    out = cupy.zeros((n, mw), dtype=cupy.uint32)
+    itemsize = bits // 8
+    if smem_keys:
+        kern, dyn = _flyhash_cuda._select_kernel(m, itemsize)
+    else:
+        defines = {"SEL_NT": _flyhash_cuda.SEL_NT, "SMEM_KEYS": 0, "KEY16": int(bits == 16)}
+        kern, dyn = get_function("flyhash_select", "fly_select", **defines), 0
+    Ad = cupy.asarray(A.view(np.uint16) if bits == 16 else A)
+    args = (Ad, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), out, np.int64(mw))
+    kern((n,), (_flyhash_cuda.SEL_NT,), args, shared_mem=dyn)
+    got = np.unpackbits(out.get().view(np.uint8), axis=1)[:, :m].astype(bool)
+    np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.cuda
+def test_fast_with_many_connections_keeps_activations_finite(rng):
+    """900 connections: rows scaled to below 2**6 so that sums stay in float16's range."""
+    X = rng.random((300, 1000))
+    params = {"n_components": 2000, "k": 100, "n_connections": 900}
+    assert _flyhash_cuda._fast_scale_top(900) == (6, True)
     exact, _ = _hash(X, "exact", "cpu", **params)
     fast, _ = _hash(X, "fast", "cuda", **params)
     assert np.all(fast.sum(axis=1) == params["k"])

@@ -7,12 +7,18 @@
 //                      of them is exact in the float32 accumulator, in any order, so
 //                      the product gives the CPU's activations bit for bit).
 //   fly_to_half        float32 rows -> float16 bits, padded to DP columns; optionally
-//                      each row scaled by a power of two that puts its largest
-//                      magnitude in [2^14, 2^15) (precision='fast': no float16
-//                      overflow, and winners do not change under a positive row scale).
+//                      (TOP > 0, precision='fast') each row centred on its mean and
+//                      scaled by a power of two that puts its largest magnitude in
+//                      [2^(TOP-1), 2^TOP): no float16 overflow of the inputs, nor of
+//                      activations written in float16 when S * 2^TOP <= 65504, and
+//                      the winners do not change (every unit sums S inputs, so the
+//                      shift moves all activations alike; the scale is positive).
+//                      Centring keeps float16's resolution on the spread of the
+//                      activations rather than on their common offset.
 //   fly_dense_projection  the (M, DP) float16 0/1 projection from the connection table.
-//   fly_select         exact top-K of each row of float32 activations, ties to the
-//                      lower unit index, written as packed bit words (the layout of
+//   fly_select         exact top-K of each row of activations (float32, or float16
+//                      bits with KEY16), ties to the lower unit index, written as
+//                      packed bit words (the layout of
 //                      flyhash.cu). One block per row; a radix select whose digits
 //                      adapt to the row's key range (a histogram of SEL_BINS bins over
 //                      [lo, hi], then over the bin that holds the K-th largest, ...:
@@ -21,7 +27,8 @@
 //                      emitting pass that rank the ties in unit order.
 //
 // Compile-time defines: SEL_NT (threads per block), SMEM_KEYS (1: the row's keys are
-// cached in dynamic shared memory, M * 4 bytes; 0: re-read from the activations).
+// cached in dynamic shared memory, M * 4 bytes, M * 2 with KEY16; 0: re-read from the
+// activations), KEY16 (1: the activations are float16 bits and their keys 16 bits).
 
 #include "fly.cuh"
 
@@ -31,12 +38,16 @@
 #ifndef SMEM_KEYS
 #define SMEM_KEYS 1
 #endif
+#ifndef KEY16
+#define KEY16 0
+#endif
 #define SEL_BINS 2048
 #define SEL_BPT (SEL_BINS / SEL_NT)
 #define SEL_WARPS (SEL_NT / 32)
 #define FULL 0xffffffffu
 #define HALF_ONE 0x3C00u
 #define INT_LIMIT_BITS 0x45000000u  // 2048.0f
+#define FH_INF_F __int_as_float(0x7f800000)
 
 // |x| (its bits without the sign) is a whole number <= 2048
 __device__ __forceinline__ bool small_whole(unsigned a)
@@ -69,34 +80,61 @@ __device__ __forceinline__ unsigned short to_half_bits(float v)
 
 // One block (256 threads) per row, grid-stride over rows.
 extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long long n, const int D,
-                                       const long long ldx, const int scale_rows,
+                                       const long long ldx, const int TOP,
                                        unsigned short* __restrict__ out, const int DP)
 {
-    __shared__ unsigned s_max[8];
+    __shared__ float s_red[3][8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
+    const float invD = 1.0f / (float)D;
     for (long long r = blockIdx.x; r < n; r += gridDim.x) {
         const float* x = X + r * ldx;
-        float sc = 1.0f;
-        if (scale_rows) {
-            unsigned mx = 0u;
-            for (int j = threadIdx.x; j < D; j += blockDim.x) mx = max(mx, __float_as_uint(x[j]) & 0x7fffffffu);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(FULL, mx, o));
-            if ((threadIdx.x & 31) == 0) s_max[threadIdx.x >> 5] = mx;
-            __syncthreads();
-            mx = 0u;
-            for (int w = 0; w < (int)(blockDim.x >> 5); ++w) mx = max(mx, s_max[w]);
-            __syncthreads();
-            const int e = (int)(mx >> 23);  // biased exponent of the row's largest magnitude
-            if (e > 0) {
-                // 2^(141 - e) puts it in [2^14, 2^15); applied in two steps that stay in range
-                const int t = 141 - e;
-                const int t1 = t / 2, t2 = t - t1;
-                sc = __int_as_float((127 + t1) << 23) * __int_as_float((127 + t2) << 23);
-                if (t1 < -126 || t2 < -126 || t1 > 127 || t2 > 127) sc = 1.0f;  // cannot happen for finite rows
-            }
-        }
         unsigned short* o = out + r * (long long)DP;
-        for (int j = threadIdx.x; j < DP; j += blockDim.x) o[j] = j < D ? to_half_bits(x[j] * sc) : (unsigned short)0;
+        if (TOP <= 0) {
+            for (int j = threadIdx.x; j < DP; j += blockDim.x) o[j] = j < D ? to_half_bits(x[j]) : (unsigned short)0;
+            continue;
+        }
+        // centre the row on its mean c (every unit has S connections, so a shift of the
+        // row shifts every activation by S c: the same winners) and scale it by a power
+        // of two; halves throughout so that no intermediate overflows
+        float mn = FH_INF_F, mx = -FH_INF_F, mean = 0.0f;
+        for (int j = threadIdx.x; j < D; j += blockDim.x) {
+            const float v = x[j];
+            mn = fminf(mn, v);
+            mx = fmaxf(mx, v);
+            mean += v * invD;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) {
+            mn = fminf(mn, __shfl_xor_sync(FULL, mn, off));
+            mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, off));
+            mean += __shfl_xor_sync(FULL, mean, off);
+        }
+        if (lane == 0) {
+            s_red[0][warp] = mn;
+            s_red[1][warp] = mx;
+            s_red[2][warp] = mean;
+        }
+        __syncthreads();
+        mn = s_red[0][0], mx = s_red[1][0], mean = s_red[2][0];
+        for (int w = 1; w < nw; ++w) {
+            mn = fminf(mn, s_red[0][w]);
+            mx = fmaxf(mx, s_red[1][w]);
+            mean += s_red[2][w];
+        }
+        __syncthreads();
+        const float c2 = 0.5f * mean;
+        const float h = fmaxf(0.5f * mx - c2, c2 - 0.5f * mn);  // half the largest |x - c|
+        float sc = 1.0f;
+        const int e = (int)(__float_as_uint(h) >> 23);  // biased exponent of h (h >= 0)
+        if (e > 0) {
+            // 2^(126 + TOP - e) puts h in [2^(TOP-1), 2^TOP); applied in two steps that stay in range
+            const int t = 126 + TOP - e;
+            const int t1 = t / 2, t2 = t - t1;
+            sc = __int_as_float((127 + t1) << 23) * __int_as_float((127 + t2) << 23);
+            if (t1 < -126 || t2 < -126 || t1 > 127 || t2 > 127) sc = 1.0f;  // cannot happen for finite rows
+        }
+        for (int j = threadIdx.x; j < DP; j += blockDim.x)
+            o[j] = j < D ? to_half_bits((0.5f * x[j] - c2) * sc) : (unsigned short)0;
     }
 }
 
@@ -109,10 +147,67 @@ extern "C" __global__ void fly_dense_projection(const int* __restrict__ conn, co
     P[u * DP + conn[e]] = (unsigned short)HALF_ONE;
 }
 
-#if SMEM_KEYS
-#define KEY(i) keys[i]
+#if KEY16
+typedef unsigned short elem_t;  // the activations: float16 bits
+typedef unsigned short skey_t;  // a key as kept in shared memory
+#define KPV 8                   // keys per 16-byte vector
+
+// 16-bit key of float16 bits that orders as the values do; -0.0 and +0.0 are equal.
+__device__ __forceinline__ unsigned elem_key(unsigned short h)
+{
+    unsigned b = h;
+    if ((b & 0x7fffu) == 0u) b = 0u;
+    return (b & 0x8000u) ? (~b & 0xffffu) : (b | 0x8000u);
+}
+// the KPV keys of a vector of activations / of stored keys, and KPV keys as a stored vector
+__device__ __forceinline__ void vec_elem_keys(const uint4 v, unsigned* k)
+{
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        k[2 * i] = elem_key((unsigned short)(w[i] & 0xffffu));
+        k[2 * i + 1] = elem_key((unsigned short)(w[i] >> 16));
+    }
+}
+__device__ __forceinline__ void vec_keys(const uint4 v, unsigned* k)
+{
+    const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        k[2 * i] = w[i] & 0xffffu;
+        k[2 * i + 1] = w[i] >> 16;
+    }
+}
+__device__ __forceinline__ uint4 keys_vec(const unsigned* k)
+{
+    return make_uint4(k[0] | (k[1] << 16), k[2] | (k[3] << 16), k[4] | (k[5] << 16), k[6] | (k[7] << 16));
+}
 #else
-#define KEY(i) ord_key(a[i])
+typedef float elem_t;
+typedef unsigned skey_t;
+#define KPV 4
+__device__ __forceinline__ unsigned elem_key(float v) { return ord_key(v); }
+__device__ __forceinline__ void vec_elem_keys(const uint4 v, unsigned* k)
+{
+    k[0] = ord_key(__uint_as_float(v.x));
+    k[1] = ord_key(__uint_as_float(v.y));
+    k[2] = ord_key(__uint_as_float(v.z));
+    k[3] = ord_key(__uint_as_float(v.w));
+}
+__device__ __forceinline__ void vec_keys(const uint4 v, unsigned* k)
+{
+    k[0] = v.x;
+    k[1] = v.y;
+    k[2] = v.z;
+    k[3] = v.w;
+}
+__device__ __forceinline__ uint4 keys_vec(const unsigned* k) { return make_uint4(k[0], k[1], k[2], k[3]); }
+#endif
+
+#if SMEM_KEYS
+#define KEY(i) ((unsigned)keys[i])
+#else
+#define KEY(i) elem_key(a[i])
 #endif
 
 // Bin b of hist (SEL_BINS bins, larger keys in higher bins) that holds the need-th
@@ -151,44 +246,87 @@ __device__ __forceinline__ void find_bin(const unsigned* hist, const unsigned ne
     __syncthreads();
 }
 
-// f(key) for every key of the row, four at a time (16-byte loads) when the row
-// allows it (`vec`: M and lda multiples of 4), else one at a time.
+// f(unit, key) for every key of the row, KPV at a time (16-byte loads) when the row
+// allows it (`vec`: M and lda multiples of KPV), else one at a time.
 template <class F>
-__device__ __forceinline__ void for_each_key(const unsigned* keys, const float* __restrict__ a, int M, bool vec,
+__device__ __forceinline__ void for_each_key(const skey_t* keys, const elem_t* __restrict__ a, int M, bool vec,
                                              F f)
 {
+    if (vec) {
 #if SMEM_KEYS
-    if (vec) {
-        const uint4* k4 = reinterpret_cast<const uint4*>(keys);
-        for (int q = threadIdx.x; q < (M >> 2); q += SEL_NT) {
-            const uint4 v = k4[q];
-            f(v.x); f(v.y); f(v.z); f(v.w);
-        }
-        return;
-    }
-    for (int i = threadIdx.x; i < M; i += SEL_NT) f(keys[i]);
+        const uint4* v4 = reinterpret_cast<const uint4*>(keys);
 #else
-    if (vec) {
-        const float4* a4 = reinterpret_cast<const float4*>(a);
-        for (int q = threadIdx.x; q < (M >> 2); q += SEL_NT) {
-            const float4 v = a4[q];
-            f(ord_key(v.x)); f(ord_key(v.y)); f(ord_key(v.z)); f(ord_key(v.w));
+        const uint4* v4 = reinterpret_cast<const uint4*>(a);
+#endif
+        for (int q = threadIdx.x; q < M / KPV; q += SEL_NT) {
+            unsigned k[KPV];
+#if SMEM_KEYS
+            vec_keys(v4[q], k);
+#else
+            vec_elem_keys(v4[q], k);
+#endif
+#pragma unroll
+            for (int i = 0; i < KPV; ++i) f(q * KPV + i, k[i]);
         }
         return;
     }
-    for (int i = threadIdx.x; i < M; i += SEL_NT) f(ord_key(a[i]));
-#endif
+    for (int i = threadIdx.x; i < M; i += SEL_NT) f(i, KEY(i));
 }
 
-// out row r (ldo words apart) <- the K largest of A row r (lda floats apart), r < n.
+// The 8 keys of units 8 b .. 8 b + 7 (0 past the row's end).
+__device__ __forceinline__ void byte_keys(const skey_t* keys, const elem_t* __restrict__ a, int M, bool vec, int b,
+                                          unsigned* k)
+{
+    const int u0 = 8 * b;
+    if (vec && u0 + 8 <= M) {
+#if SMEM_KEYS
+        const uint4* v4 = reinterpret_cast<const uint4*>(keys + u0);
+#pragma unroll
+        for (int v = 0; v < 8 / KPV; ++v) vec_keys(v4[v], k + v * KPV);
+#else
+        const uint4* v4 = reinterpret_cast<const uint4*>(a + u0);
+#pragma unroll
+        for (int v = 0; v < 8 / KPV; ++v) vec_elem_keys(v4[v], k + v * KPV);
+#endif
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) k[j] = u0 + j < M ? KEY(u0 + j) : 0u;
+}
+
+// Narrow [lo, hi] (keys) or [ilo, ihi] (units) to the bin of SEL_BINS that holds the
+// need-th largest of `hist`; returns the bin's count and updates need and the range.
+__device__ __forceinline__ unsigned narrow(const unsigned* hist, unsigned& need, unsigned& lo, unsigned& hi,
+                                           int shift, bool reversed, unsigned* s_warp, int* s_bin,
+                                           unsigned* s_above)
+{
+    find_bin(hist, need, s_warp, s_bin, s_above);
+    const int b = *s_bin;
+    const unsigned count = hist[b];
+    need -= *s_above;
+    const unsigned nlo = lo + ((unsigned)(reversed ? SEL_BINS - 1 - b : b) << shift);
+    const unsigned width = (1u << shift) - 1u;
+    hi = (hi - nlo) <= width ? hi : nlo + width;
+    lo = nlo;
+    __syncthreads();  // hist and s_bin are rewritten next
+    return count;
+}
+
+__device__ __forceinline__ int bin_shift(unsigned span)
+{
+    const int bits = span ? 32 - __clz(span) : 0;
+    return bits > 11 ? bits - 11 : 0;
+}
+
+// out row r (ldo words apart) <- the K largest of A row r (lda elements apart), r < n.
 extern "C" __global__ void __launch_bounds__(SEL_NT)
-fly_select(const float* __restrict__ A, const long long lda, const int M, const int MW, const int K,
+fly_select(const elem_t* __restrict__ A, const long long lda, const int M, const int MW, const int K,
            unsigned* __restrict__ out, const long long ldo)
 {
 #if SMEM_KEYS
-    extern __shared__ __align__(16) unsigned keys[];
+    extern __shared__ __align__(16) skey_t keys[];
 #else
-    const unsigned* keys = nullptr;
+    const skey_t* keys = nullptr;
 #endif
     __shared__ unsigned hist[SEL_BINS];
     __shared__ unsigned s_warp[SEL_WARPS];
@@ -198,46 +336,79 @@ fly_select(const float* __restrict__ A, const long long lda, const int M, const 
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const long long row = blockIdx.x;
-    const float* __restrict__ a = A + row * lda;
-    const bool vec = ((M & 3) == 0) && ((lda & 3) == 0);
+    const elem_t* __restrict__ a = A + row * lda;
+    const bool vec = (M % KPV == 0) && (lda % KPV == 0);
 
-    // ---- keys and their range -------------------------------------------------
-    unsigned kmn = 0xffffffffu, kmx = 0u;
-    if (vec) {
-        const float4* a4 = reinterpret_cast<const float4*>(a);
-        for (int q = tid; q < (M >> 2); q += SEL_NT) {
-            const float4 v = a4[q];
-            const uint4 k = make_uint4(ord_key(v.x), ord_key(v.y), ord_key(v.z), ord_key(v.w));
-#if SMEM_KEYS
-            reinterpret_cast<uint4*>(keys)[q] = k;
-#endif
-            kmn = min(min(kmn, min(k.x, k.y)), min(k.z, k.w));
-            kmx = max(max(kmx, max(k.x, k.y)), max(k.z, k.w));
-        }
-    } else {
-        for (int i = tid; i < M; i += SEL_NT) {
-            const unsigned k = ord_key(a[i]);
-#if SMEM_KEYS
-            keys[i] = k;
-#endif
-            kmn = min(kmn, k);
-            kmx = max(kmx, k);
-        }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-        kmn = min(kmn, __shfl_xor_sync(FULL, kmn, o));
-        kmx = max(kmx, __shfl_xor_sync(FULL, kmx, o));
-    }
-    if (lane == 0) {
-        s_lo[warp] = kmn;
-        s_hi[warp] = kmx;
-    }
+    // ---- keys and the first range -----------------------------------------------
+    // 16-bit keys: the first round histograms the whole key space while loading (its
+    // bins are the keys' top 11 bits). 32-bit keys: the row's key range first, which
+    // for small integers is narrow (one or two rounds instead of three).
+    unsigned lo, hi;
+    bool ready = false;  // hist already holds the keys in [lo, hi]
+#if KEY16
+    for (int b = tid; b < SEL_BINS; b += SEL_NT) hist[b] = 0u;
     __syncthreads();
-    unsigned lo = 0xffffffffu, hi = 0u;
-    for (int w = 0; w < SEL_WARPS; ++w) {
-        lo = min(lo, s_lo[w]);
-        hi = max(hi, s_hi[w]);
+    lo = 0u;
+    hi = 0xffffu;
+    ready = true;
+    const int shift0 = bin_shift(hi - lo);
+#endif
+    {
+        unsigned kmn = 0xffffffffu, kmx = 0u;
+        if (vec) {
+            const uint4* a4 = reinterpret_cast<const uint4*>(a);
+            for (int q = tid; q < M / KPV; q += SEL_NT) {
+                unsigned k[KPV];
+                vec_elem_keys(a4[q], k);
+#if SMEM_KEYS
+                reinterpret_cast<uint4*>(keys)[q] = keys_vec(k);
+#endif
+#pragma unroll
+                for (int i = 0; i < KPV; ++i) {
+#if KEY16
+                    atomicAdd(&hist[k[i] >> shift0], 1u);
+#else
+                    kmn = min(kmn, k[i]);
+                    kmx = max(kmx, k[i]);
+#endif
+                }
+            }
+        } else {
+            for (int i = tid; i < M; i += SEL_NT) {
+                const unsigned k = elem_key(a[i]);
+#if SMEM_KEYS
+                keys[i] = (skey_t)k;
+#endif
+#if KEY16
+                atomicAdd(&hist[k >> shift0], 1u);
+#else
+                kmn = min(kmn, k);
+                kmx = max(kmx, k);
+#endif
+            }
+        }
+#if !KEY16
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            kmn = min(kmn, __shfl_xor_sync(FULL, kmn, o));
+            kmx = max(kmx, __shfl_xor_sync(FULL, kmx, o));
+        }
+        if (lane == 0) {
+            s_lo[warp] = kmn;
+            s_hi[warp] = kmx;
+        }
+        __syncthreads();
+        lo = 0xffffffffu;
+        hi = 0u;
+        for (int w = 0; w < SEL_WARPS; ++w) {
+            lo = min(lo, s_lo[w]);
+            hi = max(hi, s_hi[w]);
+        }
+#else
+        (void)kmn;
+        (void)kmx;
+        __syncthreads();
+#endif
     }
 
     // ---- narrow [lo, hi] to the keys that decide the K-th largest ----------------
@@ -246,54 +417,58 @@ fly_select(const float* __restrict__ A, const long long lda, const int M, const 
     unsigned need = (unsigned)K;
     unsigned in_range = (unsigned)M;  // keys in [lo, hi]
     while (lo != hi) {
-        const int bits = 32 - __clz(hi - lo);
-        const int shift = bits > 11 ? bits - 11 : 0;
-        for (int b = tid; b < SEL_BINS; b += SEL_NT) hist[b] = 0u;
-        __syncthreads();
-        for_each_key(keys, a, M, vec, [&](unsigned k) {
-            if (k >= lo && k <= hi) atomicAdd(&hist[(k - lo) >> shift], 1u);
-        });
-        __syncthreads();
-        find_bin(hist, need, s_warp, &s_bin, &s_above);
-        const int b = s_bin;
-        const unsigned count = hist[b];
-        in_range = count;
-        need -= s_above;
-        const unsigned nlo = lo + ((unsigned)b << shift);
-        const unsigned width = (1u << shift) - 1u;
-        hi = (hi - nlo) <= width ? hi : nlo + width;
-        lo = nlo;
-        __syncthreads();  // hist and s_bin are rewritten by the next round
-        if (count == need) break;  // all keys of the bin win: no ties to rank
+        const int shift = bin_shift(hi - lo);
+        if (!ready) {
+            for (int b = tid; b < SEL_BINS; b += SEL_NT) hist[b] = 0u;
+            __syncthreads();
+            const unsigned l = lo, h = hi;
+            for_each_key(keys, a, M, vec, [&](int, unsigned k) {
+                if (k >= l && k <= h) atomicAdd(&hist[(k - l) >> shift], 1u);
+            });
+            __syncthreads();
+        }
+        ready = false;
+        in_range = narrow(hist, need, lo, hi, shift, false, s_warp, &s_bin, &s_above);
+        if (in_range == need) break;  // all keys of the bin win: no ties to rank
     }
 
-    // ---- emit: warps own consecutive words, ties ranked in unit order -------------
-    // (when every key in [lo, hi] wins there is nothing to rank: no counting pass)
-    const int per = (MW + SEL_WARPS - 1) / SEL_WARPS;
-    const int w0 = warp * per;
-    const int w1 = min(MW, w0 + per);
-    unsigned base = 0u;  // tied keys in the words of the warps before this one
+    // ---- ties: the `need` lowest units whose key is lo (== hi) win ----------------
+    // Found like the key: a histogram of those units' indices, lowest first, until the
+    // bin holding the need-th lowest holds exactly the rest. Tied units up to `last` win.
+    unsigned last = 0xffffffffu;
     if (in_range != need) {
-        unsigned mine = 0u;
-        for (int w = w0; w < w1; ++w) {
-            const int u = w * 32 + lane;
-            const unsigned k = u < M ? KEY(u) : 0u;
-            mine += __popc(__ballot_sync(FULL, u < M && k >= lo && k <= hi));
+        unsigned ilo = 0u, ihi = (unsigned)M - 1u, left = need;
+        const unsigned tie = lo;
+        for (;;) {
+            const int shift = bin_shift(ihi - ilo);
+            for (int b = tid; b < SEL_BINS; b += SEL_NT) hist[b] = 0u;
+            __syncthreads();
+            const unsigned l = ilo, h = ihi;
+            for_each_key(keys, a, M, vec, [&](int u, unsigned k) {
+                if (k == tie && (unsigned)u >= l && (unsigned)u <= h)
+                    atomicAdd(&hist[SEL_BINS - 1 - (((unsigned)u - l) >> shift)], 1u);
+            });
+            __syncthreads();
+            const unsigned count = narrow(hist, left, ilo, ihi, shift, true, s_warp, &s_bin, &s_above);
+            if (count == left) {  // (a bin of one unit always ends it)
+                last = ihi;
+                break;
+            }
         }
-        if (lane == 0) s_warp[warp] = mine;
-        __syncthreads();
-        for (int w = 0; w < warp; ++w) base += s_warp[w];
     }
-    const unsigned lt_mask = (1u << lane) - 1u;
-    unsigned* o = out + row * ldo;
-    for (int w = w0; w < w1; ++w) {
-        const int u = w * 32 + lane;
-        const unsigned k = u < M ? KEY(u) : 0u;
-        const bool tied = u < M && k >= lo && k <= hi;
-        const unsigned tmask = __ballot_sync(FULL, tied);
-        const bool take = (u < M && k > hi) || (tied && base + __popc(tmask & lt_mask) < need);
-        const unsigned word = __ballot_sync(FULL, take);
-        base += __popc(tmask);
-        if (lane == 0) o[w] = ballot_to_units(word);
+
+    // ---- emit: one output byte (8 units, np.packbits order) per thread and step ----
+    unsigned char* o = reinterpret_cast<unsigned char*>(out + row * ldo);
+    for (int b = tid; b < 4 * MW; b += SEL_NT) {
+        unsigned k[8];
+        byte_keys(keys, a, M, vec, b, k);
+        unsigned byte = 0u;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const unsigned u = 8u * (unsigned)b + (unsigned)j;
+            const bool take = u < (unsigned)M && (k[j] > hi || (k[j] >= lo && u <= last));
+            byte |= (unsigned)take << (7 - j);
+        }
+        o[b] = (unsigned char)byte;
     }
 }

@@ -38,6 +38,7 @@ from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import (
+    abs_max,
     array_module,
     check_memory,
     is_cupy_sparse,
@@ -572,14 +573,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         data = X.data if _is_sparse(X) else X
         if data.size == 0:
             return
-        xp = array_module(data)
-        if xp is not np and data.dtype == np.float32:
-            # the largest magnitude from the bits: CuPy's float kernels run with
-            # -ftz=true and would see subnormal inputs as zeros
-            bits = int((data.view(xp.uint32) & xp.uint32(0x7FFFFFFF)).max())
-            amax = float(np.uint32(bits).view(np.float32))
-        else:
-            amax = float(xp.abs(data).max())
+        amax = abs_max(data)  # on the GPU from the bits: float32 subnormals are not flushed
         if amax * self.n_connections_ >= _FLT_MAX:
             raise ValueError(
                 f"Input values up to {amax:.3g} can overflow the float32 sum of "

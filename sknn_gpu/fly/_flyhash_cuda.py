@@ -19,7 +19,12 @@ activations, written once and read once), then ``fly_select``: an exact top-k pe
 ties to the lower index, written as the same packed words. For whole numbers of
 magnitude <= 2048 (exact in float16) and fewer than 8192 connections every
 activation is an integer below 2**24, summed exactly in any order: the same bits as
-the CPU's sequential float32 sums, so the hash is bit-identical.
+the CPU's sequential float32 sums, so the hash is bit-identical. Under ``'fast'``
+each row is centred on its mean (a shift that moves every activation alike: every
+unit sums the same number of inputs) and scaled by a power of two that bounds its
+activations below float16's largest value, and the product writes them in float16
+(half the bytes to write and to select from; that rounding, and the inputs', is the
+precision ``'fast'`` gives up).
 """
 
 from __future__ import annotations
@@ -200,7 +205,8 @@ def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
     batch = rows * d * 4
     fallback = min(n, max(1, BLOCK_BYTES // (4 * m))) * m * 11  # activations, mask, packing
     dp = _half_width(d)
-    fallback = max(fallback, m * dp * 2 + rows * dp * 2 + _gemm_chunk_rows(m, n) * m * 4)
+    chunk = max(_gemm_chunk_rows(m, n, 4) * 4, _gemm_chunk_rows(m, n, 2) * 2) * m  # float32 or float16
+    fallback = max(fallback, m * dp * 2 + rows * dp * 2 + chunk)
     fallback += min(-(-n // 32), WINDOW_BLOCKS_BOUND) * 32 * _window_cap(m, k) * 8
     out = {
         "dense": 2 * n * m,
@@ -239,7 +245,7 @@ def words(
         b = Xb.shape[0]
         out = out_words[st : st + b]
         if algorithm == "exact" and _on_tensor_cores(fh, Xb, precision, integer_input):
-            _tensor_words(fh, Xb, out, scale_rows=precision == "fast")
+            _tensor_words(fh, Xb, out, fast=precision == "fast")
             if stats is not None:
                 stats["tensor_rows"] = stats.get("tensor_rows", 0) + b
             if progress is not None:
@@ -303,13 +309,30 @@ def _half_width(n_features):
     return -(-int(n_features) // 8) * 8
 
 
-def _gemm_chunk_rows(m, n):
-    """Rows per product + selection chunk: :data:`GEMM_CHUNK_BYTES` of float32 activations."""
+def _gemm_chunk_rows(m, n, itemsize=4):
+    """Rows per product + selection chunk: :data:`GEMM_CHUNK_BYTES` of activations of
+    ``itemsize`` bytes (float32: 4, float16: 2)."""
     target = GEMM_CHUNK_BYTES
     forced = os.environ.get("SKNN_GPU_FLYHASH_CHUNK_MB")
     if forced:
         target = int(float(forced) * 2**20)
-    return max(1, min(int(n), target // (4 * int(m))))
+    return max(1, min(int(n), target // (int(itemsize) * int(m))))
+
+
+#: float16's largest finite value.
+HALF_MAX = 65504.0
+
+
+def _fast_scale_top(n_connections):
+    """``TOP`` of ``fly_to_half`` under ``'fast'``, and whether the activations fit float16.
+
+    Each row is scaled so that its largest magnitude lies in ``[2**(TOP-1), 2**TOP)``;
+    an activation sums ``S`` such values, so ``S * 2**TOP <= 65504`` keeps it finite
+    in float16. ``(15, False)`` (float32 activations, inputs kept below float16's
+    overflow) when not even ``TOP = 1`` allows that (``S > 32752``).
+    """
+    top = min(15, int(np.floor(np.log2(HALF_MAX / int(n_connections)))))
+    return (top, True) if top >= 1 else (15, False)
 
 
 def _int_check_flag(Xb):  # pragma: no cover - needs a GPU
@@ -354,7 +377,9 @@ def _half_projection(fh):  # pragma: no cover - needs a GPU
 
 
 def _cublas_half_gemm(P, H, A, rows):  # pragma: no cover - needs a GPU
-    """A[:rows] = H[:rows] @ P.T: float16 operands, float32 accumulation and result (cuBLAS)."""
+    """A[:rows] = H[:rows] @ P.T: float16 operands, float32 accumulation, the result in
+    ``A``'s precision (float32, or float16 bits in uint16 rounded once from the
+    float32 sum) (cuBLAS)."""
     cupy = get_cupy()
     try:
         from cupy_backends.cuda.libs import cublas
@@ -374,7 +399,7 @@ def _cublas_half_gemm(P, H, A, rows):  # pragma: no cover - needs a GPU
         cublas.gemmEx(
             handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, m, int(rows), dp,
             _ONE.ctypes.data, P.data.ptr, r16, dp, H.data.ptr, r16, dp,
-            _ZERO.ctypes.data, A.data.ptr, r32, m, compute, algo,
+            _ZERO.ctypes.data, A.data.ptr, r16 if A.dtype.itemsize == 2 else r32, m, compute, algo,
         )  # fmt: skip
     finally:
         cublas.setPointerMode(handle, mode)
@@ -384,20 +409,25 @@ _ONE = np.ones(1, dtype=np.float32)
 _ZERO = np.zeros(1, dtype=np.float32)
 
 
-def _select_kernel(m):  # pragma: no cover - needs a GPU
-    """(fly_select, dynamic shared bytes): the row's keys in shared memory when they fit."""
+def _select_kernel(m, itemsize=4):  # pragma: no cover - needs a GPU
+    """(fly_select, dynamic shared bytes) for activations of ``itemsize`` bytes (float32:
+    4, float16: 2): the row's keys in shared memory when they fit."""
     static = 4 * 2048 + 1024
-    keys = 4 * int(m)
+    keys = int(itemsize) * int(m)
     in_smem = keys + static <= device_limits().smem_per_block_optin
-    kern = get_function("flyhash_select", "fly_select", SEL_NT=SEL_NT, SMEM_KEYS=int(in_smem))
+    kern = get_function(
+        "flyhash_select", "fly_select", SEL_NT=SEL_NT, SMEM_KEYS=int(in_smem), KEY16=int(itemsize == 2)
+    )
     dyn = keys if in_smem else 0
     if dyn:
         _set_dynamic_smem(kern, dyn)
     return kern, dyn
 
 
-def _tensor_words(fh, Xb, out, scale_rows):  # pragma: no cover - needs a GPU
-    """Packed winners of a dense float32 device block on tensor cores (see the module doc)."""
+def _tensor_words(fh, Xb, out, fast):  # pragma: no cover - needs a GPU
+    """Packed winners of a dense float32 device block on tensor cores (see the module doc):
+    exact for integer-valued input, or ``fast`` (rows scaled, float16 activations where
+    they fit)."""
     cupy = get_cupy()
     b, d = Xb.shape
     m, k = fh.n_components_, fh.k_
@@ -407,12 +437,14 @@ def _tensor_words(fh, Xb, out, scale_rows):  # pragma: no cover - needs a GPU
     H = cupy.empty((b, dp), dtype=cupy.uint16)
     blocks = min(b, 16 * device_limits().sm_count)
     ldx = np.int64(Xb.strides[0] // 4)
+    top, half = _fast_scale_top(fh.n_connections_) if fast else (0, False)
     get_function("flyhash_select", "fly_to_half")(
-        (blocks,), (256,), (Xb, np.int64(b), np.int32(d), ldx, np.int32(bool(scale_rows)), H, np.int32(dp))
+        (blocks,), (256,), (Xb, np.int64(b), np.int32(d), ldx, np.int32(top), H, np.int32(dp))
     )
-    R = _gemm_chunk_rows(m, b)
-    A = cupy.empty((R, m), dtype=cupy.float32)
-    sel, dyn = _select_kernel(m)
+    itemsize = 2 if half else 4
+    R = _gemm_chunk_rows(m, b, itemsize)
+    A = cupy.empty((R, m), dtype=cupy.uint16 if half else cupy.float32)
+    sel, dyn = _select_kernel(m, itemsize)
     for c0 in range(0, b, R):
         rows = min(R, b - c0)
         _cublas_half_gemm(P, H[c0:], A, rows)
