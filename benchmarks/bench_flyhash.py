@@ -236,7 +236,7 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             "cuda",
             time_gpu(lambda: fp.transform(Xd), repeat=repeat_gpu, warmup=2),
             f"recall {recall(fast_win, ours_win):.4f}, {rows_equal(fast_win, ours_win):.1%} rows = exact",
-            "float16 tensor cores, fp32 accumulation",
+            "float16 tensor cores, fp32 accumulation, rows centred, float16 activations",
             exact=exactness(rows_equal(fast_win, ours_win)),
         )
         del fast_win
