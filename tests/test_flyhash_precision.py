@@ -215,10 +215,61 @@ def test_fly_select_ranks_like_a_stable_sort(rng, bits, m, smem_keys):
         defines = {"SEL_NT": _flyhash_cuda.SEL_NT, "SMEM_KEYS": 0, "KEY16": int(bits == 16)}
         kern, dyn = get_function("flyhash_select", "fly_select", **defines), 0
     Ad = cupy.asarray(A.view(np.uint16) if bits == 16 else A)
-    args = (Ad, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), out, np.int64(mw))
+    args = (Ad, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), out, np.int64(mw), np.uint64(0))
     kern((n,), (_flyhash_cuda.SEL_NT,), args, shared_mem=dyn)
     got = np.unpackbits(out.get().view(np.uint8), axis=1)[:, :m].astype(bool)
     np.testing.assert_array_equal(got, ref)
+
+
+@pytest.mark.cuda
+def test_fly_select_flags_float16_rows_it_cannot_decide_exactly(rng):
+    """Integer sums rounded to float16 keep their winners when the k-th largest is within
+    +-2047; beyond, the row is flagged (for the float32 path)."""
+    import cupy
+
+    m, k = 64, 5
+    thresholds = [2047.0, 2048.0, -2047.0, -2048.0, 0.0, 1000.0]
+    A = np.full((len(thresholds), m), -30000.0, dtype=np.float16)
+    for r, t in enumerate(thresholds):
+        A[r, [3, 9, 17, 40]] = 65504.0  # winners far above: their rounding does not matter
+        A[r, 50] = t
+    kern, dyn = _flyhash_cuda._select_kernel(m, 2)
+    out = cupy.zeros((A.shape[0], 2), dtype=cupy.uint32)
+    flags = cupy.zeros(A.shape[0], dtype=cupy.uint32)
+    args = (
+        cupy.asarray(A.view(np.uint16)),
+        np.int64(m),
+        np.int32(m),
+        np.int32(2),
+        np.int32(k),
+        out,
+        np.int64(2),
+    )
+    kern((A.shape[0],), (_flyhash_cuda.SEL_NT,), args + (flags,), shared_mem=dyn)
+    np.testing.assert_array_equal(flags.get(), [0, 1, 0, 1, 0, 0])
+    got = np.unpackbits(out.get().view(np.uint8), axis=1)[:, :m]
+    assert np.all(np.flatnonzero(got[0]) == [3, 9, 17, 40, 50])
+
+
+@pytest.mark.cuda
+def test_integer_rows_beyond_float16_are_redone_in_float32(rng):
+    """Pixel rows are decided from float16 activations, rows of +-2048 values (sums far
+    beyond 2047) are flagged and hashed again from float32: all bit-identical."""
+    import cupy
+
+    X = np.concatenate(
+        [rng.integers(0, 256, size=(60, 300)), rng.integers(-2048, 2049, size=(40, 300))]
+    ).astype(np.float32)
+    X = X[rng.permutation(X.shape[0])]
+    big = int((np.abs(X) > 255).any(axis=1).sum())
+    params = {"n_connections": 20}
+    cpu, _ = _hash(X, "exact", "cpu", **params)
+    fh = FlyHashTransformer(k=40, n_components=1000, random_state=3, device="cuda", **params).fit(X)
+    stats = {}
+    words = _flyhash_cuda.words(fh, cupy.asarray(X), "exact", stats=stats)
+    assert stats["tensor_rows"] == 100 and stats["float32_rows"] == big == 40
+    gpu = np.unpackbits(words.get().view(np.uint8), axis=1)[:, : fh.n_components_]
+    np.testing.assert_array_equal(gpu, cpu)
 
 
 @pytest.mark.cuda

@@ -6,8 +6,11 @@
 //                      number of magnitude <= 2048 (exact in float16; a sum of S < 8192
 //                      of them is exact in the float32 accumulator, in any order, so
 //                      the product gives the CPU's activations bit for bit).
-//   fly_to_half        float32 rows -> float16 bits, padded to DP columns; optionally
-//                      (TOP > 0, precision='fast') each row centred on its mean and
+//   fly_to_half        float32 rows -> float16 bits, padded to DP columns. TOP < 0
+//                      (integer-valued rows): each row centred on a whole number near
+//                      its mean where that keeps it within +-2048 (exact in float16),
+//                      so that its activations are integers near 0. TOP > 0
+//                      (precision='fast'): each row centred on its mean and
 //                      scaled by a power of two that puts its largest magnitude in
 //                      [2^(TOP-1), 2^TOP): no float16 overflow of the inputs, nor of
 //                      activations written in float16 when S * 2^TOP <= 65504, and
@@ -17,8 +20,9 @@
 //                      activations rather than on their common offset.
 //   fly_dense_projection  the (M, DP) float16 0/1 projection from the connection table.
 //   fly_select         exact top-K of each row of activations (float32, or float16
-//                      bits with KEY16), ties to the lower unit index, written as
-//                      packed bit words (the layout of
+//                      bits with KEY16; then rows whose K-th largest is not within
+//                      +-2047 are flagged in `inexact` when it is given), ties to
+//                      the lower unit index, written as packed bit words (the layout of
 //                      flyhash.cu). One block per row; a radix select whose digits
 //                      adapt to the row's key range (a histogram of SEL_BINS bins over
 //                      [lo, hi], then over the bin that holds the K-th largest, ...:
@@ -89,7 +93,7 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
     for (long long r = blockIdx.x; r < n; r += gridDim.x) {
         const float* x = X + r * ldx;
         unsigned short* o = out + r * (long long)DP;
-        if (TOP <= 0) {
+        if (TOP == 0) {
             for (int j = threadIdx.x; j < DP; j += blockDim.x) o[j] = j < D ? to_half_bits(x[j]) : (unsigned short)0;
             continue;
         }
@@ -122,6 +126,16 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
             mean += s_red[2][w];
         }
         __syncthreads();
+        if (TOP < 0) {
+            // integer-valued rows: centred on the nearest whole number to the mean, which
+            // keeps them whole and exact in float16 when every |x - c| <= 2048 (else not
+            // centred); their activations are then exact integers centred near 0
+            float c = rintf(mean);
+            if (fmaxf(mx - c, c - mn) > 2048.0f) c = 0.0f;
+            for (int j = threadIdx.x; j < DP; j += blockDim.x)
+                o[j] = j < D ? to_half_bits(x[j] - c) : (unsigned short)0;
+            continue;
+        }
         const float c2 = 0.5f * mean;
         const float h = fmaxf(0.5f * mx - c2, c2 - 0.5f * mn);  // half the largest |x - c|
         float sc = 1.0f;
@@ -148,6 +162,8 @@ extern "C" __global__ void fly_dense_projection(const int* __restrict__ conn, co
 }
 
 #if KEY16
+#define KEY16_EXACT_LO 0x1800u  // key of -2047.0 (float16 0xE7FF)
+#define KEY16_EXACT_HI 0xE7FFu  // key of +2047.0 (float16 0x67FF)
 typedef unsigned short elem_t;  // the activations: float16 bits
 typedef unsigned short skey_t;  // a key as kept in shared memory
 #define KPV 8                   // keys per 16-byte vector
@@ -321,7 +337,7 @@ __device__ __forceinline__ int bin_shift(unsigned span)
 // out row r (ldo words apart) <- the K largest of A row r (lda elements apart), r < n.
 extern "C" __global__ void __launch_bounds__(SEL_NT)
 fly_select(const elem_t* __restrict__ A, const long long lda, const int M, const int MW, const int K,
-           unsigned* __restrict__ out, const long long ldo)
+           unsigned* __restrict__ out, const long long ldo, unsigned* __restrict__ inexact)
 {
 #if SMEM_KEYS
     extern __shared__ __align__(16) skey_t keys[];
@@ -431,6 +447,15 @@ fly_select(const elem_t* __restrict__ A, const long long lda, const int M, const
         in_range = narrow(hist, need, lo, hi, shift, false, s_warp, &s_bin, &s_above);
         if (in_range == need) break;  // all keys of the bin win: no ties to rank
     }
+
+#if KEY16
+    // float16 activations of integer-valued rows (exact integer sums rounded once): the
+    // winners are exact when the K-th largest T satisfies |T| <= 2047, where float16
+    // still holds every integer and its neighbours, because rounding is monotone and
+    // keeps T, so every sum keeps its side of T. T lies in [lo, hi]; a row outside the
+    // keys of [-2047, 2047] is flagged and hashed again from float32 activations.
+    if (inexact != nullptr && tid == 0 && (lo < KEY16_EXACT_LO || hi > KEY16_EXACT_HI)) inexact[row] = 1u;
+#endif
 
     // ---- ties: the `need` lowest units whose key is lo (== hi) win ----------------
     // Found like the key: a histogram of those units' indices, lowest first, until the

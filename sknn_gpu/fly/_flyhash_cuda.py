@@ -206,6 +206,8 @@ def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
     fallback = min(n, max(1, BLOCK_BYTES // (4 * m))) * m * 11  # activations, mask, packing
     dp = _half_width(d)
     chunk = max(_gemm_chunk_rows(m, n, 4) * 4, _gemm_chunk_rows(m, n, 2) * 2) * m  # float32 or float16
+    # integer rows redone from float32: their flags and list, a gathered chunk of rows and its words
+    chunk += 12 * rows + _gemm_chunk_rows(m, n, 4) * (2 * dp + 4 * mw)
     fallback = max(fallback, m * dp * 2 + rows * dp * 2 + chunk)
     fallback += min(-(-n // 32), WINDOW_BLOCKS_BOUND) * 32 * _window_cap(m, k) * 8
     out = {
@@ -229,8 +231,10 @@ def words(
     ``integer_input=False`` (the caller knows the input is not integer-valued) skips
     the per-batch check under ``'exact'``.
     ``stats`` (a dict), when given, receives ``fallback_rows``: rows the fused
-    kernel flagged and the materialised path finished, and ``tensor_rows``: rows
-    hashed on tensor cores. ``progress``, when given, is
+    kernel flagged and the materialised path finished, ``tensor_rows``: rows
+    hashed on tensor cores, and ``float32_rows``: integer-valued rows of those that
+    the float16 activations could not decide exactly (hashed again from float32
+    activations). ``progress``, when given, is
     called with the rows of each input batch once the batch is done: the batch is
     waited for first (the fused kernel's flag count already waits, the materialised
     path does not), so the report is true. Without it the launches are unchanged.
@@ -245,9 +249,10 @@ def words(
         b = Xb.shape[0]
         out = out_words[st : st + b]
         if algorithm == "exact" and _on_tensor_cores(fh, Xb, precision, integer_input):
-            _tensor_words(fh, Xb, out, fast=precision == "fast")
+            redone = _tensor_words(fh, Xb, out, fast=precision == "fast")
             if stats is not None:
                 stats["tensor_rows"] = stats.get("tensor_rows", 0) + b
+                stats["float32_rows"] = stats.get("float32_rows", 0) + redone
             if progress is not None:
                 cupy.cuda.get_current_stream().synchronize()
                 progress(b)
@@ -425,34 +430,62 @@ def _select_kernel(m, itemsize=4):  # pragma: no cover - needs a GPU
 
 
 def _tensor_words(fh, Xb, out, fast):  # pragma: no cover - needs a GPU
-    """Packed winners of a dense float32 device block on tensor cores (see the module doc):
-    exact for integer-valued input, or ``fast`` (rows scaled, float16 activations where
-    they fit)."""
+    """Packed winners of a dense float32 device block on tensor cores (see the module doc);
+    returns how many rows were hashed again from float32 activations.
+
+    Integer-valued input (``fast`` False) is exact: the rows are centred on a whole
+    number (their activations become integers near 0), the product writes float16
+    activations, and ``fly_select`` flags each row whose ``k``-th largest activation
+    is beyond 2047 in magnitude (where float16 may round it onto a neighbour); those
+    rows are hashed again from float32 activations (exact integers). ``fast`` rows are
+    centred and scaled (float16 activations where they fit, nothing checked).
+    """
     cupy = get_cupy()
     b, d = Xb.shape
-    m, k = fh.n_components_, fh.k_
-    mw = out.shape[1]
     P = _half_projection(fh)
     dp = P.shape[1]
     H = cupy.empty((b, dp), dtype=cupy.uint16)
     blocks = min(b, 16 * device_limits().sm_count)
     ldx = np.int64(Xb.strides[0] // 4)
-    top, half = _fast_scale_top(fh.n_connections_) if fast else (0, False)
+    top, half = _fast_scale_top(fh.n_connections_) if fast else (-1, True)
     get_function("flyhash_select", "fly_to_half")(
         (blocks,), (256,), (Xb, np.int64(b), np.int32(d), ldx, np.int32(top), H, np.int32(dp))
     )
-    itemsize = 2 if half else 4
-    R = _gemm_chunk_rows(m, b, itemsize)
-    A = cupy.empty((R, m), dtype=cupy.uint16 if half else cupy.float32)
+    inexact = None if fast or not half else cupy.zeros(b, dtype=cupy.uint32)
+    _product_select(fh, P, H, out, None, 2 if half else 4, inexact)
+    if inexact is None:
+        return 0
+    rows = cupy.flatnonzero(inexact)
+    if rows.size:
+        _product_select(fh, P, H, out, rows, 4, None)
+    return int(rows.size)
+
+
+def _product_select(fh, P, H, out, rows, itemsize, inexact):  # pragma: no cover - needs a GPU
+    """Winners of the float16 rows ``H`` (all, or those listed in ``rows``) into ``out``: a
+    chunk of rows at a time, the cuBLAS product into activations of ``itemsize`` bytes
+    and ``fly_select``, which flags rows into ``inexact`` when given (16-bit keys)."""
+    cupy = get_cupy()
+    m, k = fh.n_components_, fh.k_
+    mw = out.shape[1]
+    total = H.shape[0] if rows is None else int(rows.size)
+    R = _gemm_chunk_rows(m, total, itemsize)
+    A = cupy.empty((R, m), dtype=cupy.uint16 if itemsize == 2 else cupy.float32)
     sel, dyn = _select_kernel(m, itemsize)
-    for c0 in range(0, b, R):
-        rows = min(R, b - c0)
-        _cublas_half_gemm(P, H[c0:], A, rows)
+    dst = out if rows is None else cupy.empty((R, mw), dtype=cupy.uint32)
+    for c0 in range(0, total, R):
+        n = min(R, total - c0)
+        Hc = H[c0:] if rows is None else H[rows[c0 : c0 + n]]
+        _cublas_half_gemm(P, Hc, A, n)
+        o = dst[c0:] if rows is None else dst
+        flag = np.uint64(0) if inexact is None else inexact[c0:]
         sel(
-            (rows,), (SEL_NT,),
-            (A, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), out[c0:], np.int64(out.strides[0] // 4)),
+            (n,), (SEL_NT,),
+            (A, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), o, np.int64(o.strides[0] // 4), flag),
             shared_mem=dyn,
         )  # fmt: skip
+        if rows is not None:
+            out[rows[c0 : c0 + n]] = dst[:n]
 
 
 # --------------------------------------------------------------------------- #
