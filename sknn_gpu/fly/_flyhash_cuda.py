@@ -19,7 +19,10 @@ activations, written once and read once), then ``fly_select``: an exact top-k pe
 ties to the lower index, written as the same packed words. For whole numbers of
 magnitude <= 2048 (exact in float16) and fewer than 8192 connections every
 activation is an integer below 2**24, summed exactly in any order: the same bits as
-the CPU's sequential float32 sums, so the hash is bit-identical. Under ``'fast'``
+the CPU's sequential float32 sums, so the hash is bit-identical. The product writes
+them in float16 after centring each row on a whole number (integers near 0): exact
+winners whenever a row's k-th largest is within +-2047, which ``fly_select`` checks
+per row; the other rows are hashed again from float32 activations. Under ``'fast'``
 each row is centred on its mean (a shift that moves every activation alike: every
 unit sums the same number of inputs) and scaled by a power of two that bounds its
 activations below float16's largest value, and the product writes them in float16
@@ -50,7 +53,7 @@ NTHREADS = 1024
 BATCH_BYTES = 256 * 2**20
 #: Target bytes of one float32 activation block on the fallback paths.
 BLOCK_BYTES = 512 * 2**20
-#: Target bytes of the float32 activations of one chunk on the tensor-core path
+#: Target bytes of the activations (float16 or float32) of one chunk on the tensor-core path
 #: (written by the product, read once by the selection). Measured on an H100 at the
 #: FashionMNIST shape: the product needs ~2,000+ rows to run near its peak, which
 #: matters more than keeping a chunk in L2 (docs/performance.md).
