@@ -330,7 +330,10 @@ def test_cuda_matches_cpu_bit_for_bit_floats(shape, params, rng):
 def test_cuda_every_rows_per_block_variant_matches_cpu(rows, monkeypatch, rng):
     import cupy
 
+    from sknn_gpu.fly import _flyhash_cuda
+
     monkeypatch.setenv("SKNN_GPU_FLYHASH_ROWS", str(rows))
+    monkeypatch.setattr(_flyhash_cuda, "BAND_MAX_CONNECTIONS", 0)  # the fused kernel, not the band path
     X = np.vstack([_digits()[:150], rng.random((90, 64)) * 16, np.full((3, 64), 7.0)])
     for params in (dict(k=32), dict(k=0.05, expansion_factor=32, connection_sparsity=0.05)):
         cpu = FlyHashTransformer(random_state=1, device="cpu", output="packed", **params).fit(X)
@@ -344,7 +347,7 @@ _FLYNN = dict(expansion_factor=20, connection_sparsity=0.1, k=32)  # FlyNNClassi
 
 @pytest.mark.cuda
 @pytest.mark.parametrize("n,d,params", [(400, 784, _PAPER), (400, 3072, _PAPER), (8192, 784, _FLYNN)])
-def test_cuda_fused_kernel_rarely_hands_rows_to_the_host(n, d, params, rng):
+def test_cuda_fused_kernel_rarely_hands_rows_to_the_host(n, d, params, monkeypatch, rng):
     """The one-pass kernel's window lists hold the K-th largest on real-looking rows.
 
     Uniform rows and digit-like rows (most pixels zero), at the paper's configs and
@@ -356,6 +359,7 @@ def test_cuda_fused_kernel_rarely_hands_rows_to_the_host(n, d, params, rng):
 
     from sknn_gpu.fly import _flyhash_cuda
 
+    monkeypatch.setattr(_flyhash_cuda, "BAND_MAX_CONNECTIONS", 0)  # the fused kernel, not the band path
     X = rng.random((n, d)).astype(np.float32)
     X[n // 2 :][rng.random((n - n // 2, d)) < 0.8] = 0.0
     fh = FlyHashTransformer(random_state=0, device="cuda", output="packed", **params).fit(X)
@@ -375,6 +379,7 @@ def test_cuda_window_list_overflow_is_finished_by_the_host(monkeypatch, rng):
     from sknn_gpu.fly import _flyhash_cuda
 
     monkeypatch.setattr(_flyhash_cuda, "_window_cap", lambda m, k: 8)
+    monkeypatch.setattr(_flyhash_cuda, "BAND_MAX_CONNECTIONS", 0)  # the fused kernel, not the band path
     X = rng.random((150, 64)).astype(np.float32)
     params = dict(expansion_factor=32, connection_sparsity=0.1, k=0.05)
     gpu = FlyHashTransformer(random_state=2, device="cuda", output="packed", **params).fit(X)
@@ -383,6 +388,67 @@ def test_cuda_window_list_overflow_is_finished_by_the_host(monkeypatch, rng):
     assert stats["fallback_rows"] == 150
     cpu = FlyHashTransformer(random_state=2, device="cpu", output="packed", **params).fit(X)
     np.testing.assert_array_equal(cpu.transform(X), gpu.transform(cupy.asarray(X)).get())
+
+
+def _near_ties(rng, n, d):
+    """Rows that stress an approximate product: mixed magnitudes (the exact float32 sums
+    drop the small inputs), many exact zeros, offsets far above the spread."""
+    X = rng.random((n, d)).astype(np.float32)
+    X[: n // 4] *= np.where(rng.random((n // 4, d)) < 0.5, 1e4, 1e-4).astype(np.float32)
+    X[n // 4 : n // 2][rng.random((n // 4, d)) < 0.7] = 0.0
+    X[n // 2 : 3 * n // 4] += np.float32(1000.0)
+    X[-3:] = 2.5  # every activation of these rows ties
+    return X
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("params", [_FLYNN, _PAPER, dict(k=16, expansion_factor=40, connection_sparsity=0.1)])
+def test_cuda_float_rows_from_tensor_cores_are_exact(params, rng):
+    """Float input under 'exact' through the split-float16 product: the units near the
+    threshold get their exact sums, a row with too many such units goes to the fused
+    kernel; bit-identical to the CPU either way."""
+    import cupy
+
+    from sknn_gpu.fly import _flyhash_cuda
+
+    X = _near_ties(rng, 800, 784)
+    fh = FlyHashTransformer(random_state=4, device="cuda", output="packed", **params).fit(X)
+    assert _flyhash_cuda._band_ok(fh)
+    stats = {}
+    words = _flyhash_cuda.words(fh, cupy.asarray(X), "exact", stats=stats, integer_input=False)
+    assert stats["band_rows"] == 800 and 3 <= stats["band_redone_rows"] < 400
+    cpu = FlyHashTransformer(random_state=4, device="cpu", output="packed", **params).fit(X)
+    m = fh.n_components_
+    np.testing.assert_array_equal(cpu.transform(X), words.get().view(np.uint8)[:, : (m + 7) // 8])
+
+
+@pytest.mark.cuda
+def test_cuda_band_rows_with_too_many_candidates_go_to_the_fused_kernel(monkeypatch, rng):
+    import cupy
+
+    from sknn_gpu.fly import _flyhash_cuda
+
+    monkeypatch.setattr(_flyhash_cuda, "BAND_SAFETY", 1e4)  # a band that holds hundreds of units
+    X = rng.random((200, 300)).astype(np.float32)
+    fh = FlyHashTransformer(random_state=5, device="cuda", output="packed", k=32).fit(X)
+    stats = {}
+    words = _flyhash_cuda.words(fh, cupy.asarray(X), "exact", stats=stats, integer_input=False)
+    assert stats["band_redone_rows"] == 200
+    cpu = FlyHashTransformer(random_state=5, device="cpu", output="packed", k=32).fit(X)
+    m = fh.n_components_
+    np.testing.assert_array_equal(cpu.transform(X), words.get().view(np.uint8)[:, : (m + 7) // 8])
+
+
+def test_band_width_bounds_the_split_product_generously():
+    """The band is twice BAND_SAFETY times the error bound, grows with S, and stays a
+    small fraction of the scaled magnitudes for FlyHash's usual S."""
+    from sknn_gpu.fly import _flyhash_cuda
+
+    widths = [_flyhash_cuda._band_width(s) for s in (2, 39, 78, 96)]
+    assert widths == sorted(widths)
+    s = 78
+    assert _flyhash_cuda._band_width(s) >= 2 * 8 * (4 * s) * 2.0**-22 * s * 2.0**15
+    assert _flyhash_cuda._band_width(s) < 0.1 * s * 2.0**15  # a few percent of the largest sum
 
 
 @pytest.mark.cuda

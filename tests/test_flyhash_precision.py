@@ -146,7 +146,7 @@ def test_integer_input_on_tensor_cores_is_bit_identical(rng, data):
 
 
 @pytest.mark.cuda
-def test_float_input_stays_on_the_fused_kernel_under_exact(rng):
+def test_float_input_stays_off_the_integer_path_under_exact(rng):
     import cupy
 
     X = rng.random((64, 200)).astype(np.float32)

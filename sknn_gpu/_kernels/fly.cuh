@@ -10,6 +10,12 @@ __device__ __forceinline__ unsigned ord_key(float v)
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
+// the float32 whose ord_key is k
+__device__ __forceinline__ float key_value(unsigned k)
+{
+    return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
 // bit of unit u inside its little-endian uint32 word (np.packbits byte order)
 __device__ __forceinline__ unsigned unit_bit(int u)
 {

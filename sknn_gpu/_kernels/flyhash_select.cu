@@ -6,7 +6,10 @@
 //                      number of magnitude <= 2048 (exact in float16; a sum of S < 8192
 //                      of them is exact in the float32 accumulator, in any order, so
 //                      the product gives the CPU's activations bit for bit).
-//   fly_to_half        float32 rows -> float16 bits, padded to DP columns. TOP < 0
+//   fly_to_half        float32 rows -> float16 bits, padded to DP columns. TOP = -2
+//                      (float rows under 'exact'): each row scaled by a power of two
+//                      and split exactly into two float16s, hi in columns [0, DP) and
+//                      lo in [DP, 2 DP) of rows 2 DP apart. TOP = -1
 //                      (integer-valued rows): each row centred on a whole number near
 //                      its mean where that keeps it within +-2048 (exact in float16),
 //                      so that its activations are integers near 0. TOP > 0
@@ -21,7 +24,9 @@
 //   fly_dense_projection  the (M, DP) float16 0/1 projection from the connection table.
 //   fly_select         exact top-K of each row of activations (float32, or float16
 //                      bits with KEY16; then rows whose K-th largest is not within
-//                      +-2047 are flagged in `inexact` when it is given), ties to
+//                      +-2047 are flagged in `inexact` when it is given; with BAND the
+//                      float32 activations are approximations of float rows, and the
+//                      units near the K-th largest get their exact sums), ties to
 //                      the lower unit index, written as packed bit words (the layout of
 //                      flyhash.cu). One block per row; a radix select whose digits
 //                      adapt to the row's key range (a histogram of SEL_BINS bins over
@@ -32,8 +37,11 @@
 //
 // Compile-time defines: SEL_NT (threads per block), SMEM_KEYS (1: the row's keys are
 // cached in dynamic shared memory, M * 4 bytes, M * 2 with KEY16; 0: re-read from the
-// activations), KEY16 (1: the activations are float16 bits and their keys 16 bits).
+// activations), KEY16 (1: the activations are float16 bits and their keys 16 bits),
+// BAND (1: approximate float32 activations checked against the exact sums; then S, SP
+// and IDX_T as in fly_units.cuh).
 
+#include "ieee.cuh"
 #include "fly.cuh"
 
 #ifndef SEL_NT
@@ -44,6 +52,13 @@
 #endif
 #ifndef KEY16
 #define KEY16 0
+#endif
+#ifndef BAND
+#define BAND 0
+#endif
+#if BAND
+#include "fly_units.cuh"
+#define BAND_CAP 512  // candidates per row (more: the row is flagged)
 #endif
 #define SEL_BINS 2048
 #define SEL_BPT (SEL_BINS / SEL_NT)
@@ -75,13 +90,6 @@ extern "C" __global__ void fly_integer_check(const float* __restrict__ X, const 
     if (__syncthreads_or(any) && threadIdx.x == 0) atomicOr(bad, 1u);
 }
 
-__device__ __forceinline__ unsigned short to_half_bits(float v)
-{
-    unsigned short h;
-    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
-    return h;
-}
-
 // One block (256 threads) per row, grid-stride over rows.
 extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long long n, const int D,
                                        const long long ldx, const int TOP,
@@ -92,9 +100,9 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
     const float invD = 1.0f / (float)D;
     for (long long r = blockIdx.x; r < n; r += gridDim.x) {
         const float* x = X + r * ldx;
-        unsigned short* o = out + r * (long long)DP;
+        unsigned short* o = out + r * (TOP == -2 ? 2LL * DP : (long long)DP);
         if (TOP == 0) {
-            for (int j = threadIdx.x; j < DP; j += blockDim.x) o[j] = j < D ? to_half_bits(x[j]) : (unsigned short)0;
+            for (int j = threadIdx.x; j < DP; j += blockDim.x) o[j] = j < D ? f32_to_f16_ieee(x[j]) : (unsigned short)0;
             continue;
         }
         // centre the row on its mean c (every unit has S connections, so a shift of the
@@ -126,14 +134,40 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
             mean += s_red[2][w];
         }
         __syncthreads();
-        if (TOP < 0) {
+        if (TOP == -2) {
+            // float rows split exactly into two float16s, x sc = hi + lo (+ 2^-22 of it):
+            // scaled by the power of two that puts the largest magnitude in [2^14, 2^15),
+            // IEEE arithmetic (CuPy's -ftz would flush subnormal inputs); hi in columns
+            // [0, DP), lo in [DP, 2 DP)
+            const float amax = fmaxf(fabsf(mn), fabsf(mx));
+            const int e = (int)(__float_as_uint(amax) >> 23);
+            float sc = 1.0f;
+            if (amax > 0.0f) {
+                const int t = e > 0 ? 141 - e : 140;  // (a subnormal maximum stays below 2^14)
+                const int t1 = t / 2, t2 = t - t1;
+                sc = __int_as_float((127 + t1) << 23) * __int_as_float((127 + t2) << 23);
+                if (t1 < -126 || t2 < -126 || t1 > 127 || t2 > 127) sc = 1.0f;
+            }
+            for (int j = threadIdx.x; j < DP; j += blockDim.x) {
+                unsigned short hi = 0, lo = 0;
+                if (j < D) {
+                    const float v = fmul_ieee(x[j], sc);
+                    hi = f32_to_f16_ieee(v);
+                    lo = f32_to_f16_ieee(fsub_ieee(v, f16_to_f32_ieee(hi)));
+                }
+                o[j] = hi;
+                o[DP + j] = lo;
+            }
+            continue;
+        }
+        if (TOP == -1) {
             // integer-valued rows: centred on the nearest whole number to the mean, which
             // keeps them whole and exact in float16 when every |x - c| <= 2048 (else not
             // centred); their activations are then exact integers centred near 0
             float c = rintf(mean);
             if (fmaxf(mx - c, c - mn) > 2048.0f) c = 0.0f;
             for (int j = threadIdx.x; j < DP; j += blockDim.x)
-                o[j] = j < D ? to_half_bits(x[j] - c) : (unsigned short)0;
+                o[j] = j < D ? f32_to_f16_ieee(x[j] - c) : (unsigned short)0;
             continue;
         }
         const float c2 = 0.5f * mean;
@@ -148,16 +182,16 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
             if (t1 < -126 || t2 < -126 || t1 > 127 || t2 > 127) sc = 1.0f;  // cannot happen for finite rows
         }
         for (int j = threadIdx.x; j < DP; j += blockDim.x)
-            o[j] = j < D ? to_half_bits((0.5f * x[j] - c2) * sc) : (unsigned short)0;
+            o[j] = j < D ? f32_to_f16_ieee((0.5f * x[j] - c2) * sc) : (unsigned short)0;
     }
 }
 
-extern "C" __global__ void fly_dense_projection(const int* __restrict__ conn, const int M, const int S,
+extern "C" __global__ void fly_dense_projection(const int* __restrict__ conn, const int M, const int n_conn,
                                                 unsigned short* __restrict__ P, const int DP)
 {
     const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (e >= (long long)M * S) return;
-    const long long u = e / S;
+    if (e >= (long long)M * n_conn) return;
+    const long long u = e / n_conn;
     P[u * DP + conn[e]] = (unsigned short)HALF_ONE;
 }
 
@@ -337,7 +371,11 @@ __device__ __forceinline__ int bin_shift(unsigned span)
 // out row r (ldo words apart) <- the K largest of A row r (lda elements apart), r < n.
 extern "C" __global__ void __launch_bounds__(SEL_NT)
 fly_select(const elem_t* __restrict__ A, const long long lda, const int M, const int MW, const int K,
-           unsigned* __restrict__ out, const long long ldo, unsigned* __restrict__ inexact)
+           unsigned* __restrict__ out, const long long ldo, unsigned* __restrict__ inexact
+#if BAND
+           , const float* __restrict__ X, const long long ldx, const IDX_T* __restrict__ idx, const float band
+#endif
+)
 {
 #if SMEM_KEYS
     extern __shared__ __align__(16) skey_t keys[];
@@ -433,6 +471,9 @@ fly_select(const elem_t* __restrict__ A, const long long lda, const int M, const
     unsigned need = (unsigned)K;
     unsigned in_range = (unsigned)M;  // keys in [lo, hi]
     while (lo != hi) {
+#if BAND
+        if (key_value(hi) - key_value(lo) <= band) break;  // narrow enough for the band's check
+#endif
         const int shift = bin_shift(hi - lo);
         if (!ready) {
             for (int b = tid; b < SEL_BINS; b += SEL_NT) hist[b] = 0u;
@@ -457,6 +498,58 @@ fly_select(const elem_t* __restrict__ A, const long long lda, const int M, const
     if (inexact != nullptr && tid == 0 && (lo < KEY16_EXACT_LO || hi > KEY16_EXACT_HI)) inexact[row] = 1u;
 #endif
 
+#if BAND
+    // ---- approximate activations (float input, split-float16 product) ------------
+    // |approximate - exact| <= band / 2 for every unit (the host's bound), and the K-th
+    // largest approximate value lies in [value(lo), value(hi)]: so a unit above
+    // value(hi) + band wins and one below value(lo) - band loses, exactly. The units in
+    // between (candidates) get their exact activation (the CPU's float32 sum, in
+    // connection order) and are ranked exactly, ties to the lower unit. A row with
+    // more than BAND_CAP candidates is flagged for the fused kernel.
+    __shared__ int s_cand[BAND_CAP];
+    __shared__ unsigned s_ckey[BAND_CAP];
+    __shared__ unsigned s_n, s_sure;
+    const unsigned khi = ord_key(key_value(hi) + band);
+    const unsigned klo = ord_key(key_value(lo) - band);
+    if (tid == 0) {
+        s_n = 0u;
+        s_sure = 0u;
+    }
+    __syncthreads();
+    unsigned sure = 0u;
+    for_each_key(keys, a, M, vec, [&](int u, unsigned k) {
+        if (k > khi) {
+            ++sure;
+        } else if (k >= klo) {
+            const unsigned p = atomicAdd(&s_n, 1u);
+            if (p < BAND_CAP) s_cand[p] = u;
+        }
+    });
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sure += __shfl_xor_sync(FULL, sure, o);
+    if (lane == 0) atomicAdd(&s_sure, sure);
+    for (int b = tid; b < MW; b += SEL_NT) hist[b] = 0u;  // now the winners' bit mask (MW <= SEL_BINS)
+    __syncthreads();
+    const unsigned nc = s_n, nsure = s_sure;
+    if (nc > BAND_CAP || nsure > (unsigned)K || nsure + nc < (unsigned)K) {
+        if (tid == 0) inexact[row] = 1u;
+        return;  // (uniform) the host hashes the row again with the fused kernel
+    }
+    const float* __restrict__ xrow = X + row * ldx;
+    for (int i = tid; i < (int)nc; i += SEL_NT) s_ckey[i] = ord_key(unit_activation<1, true>(idx, s_cand[i], xrow));
+    __syncthreads();
+    for (int i = tid; i < (int)nc; i += SEL_NT) {
+        const unsigned ki = s_ckey[i];
+        const int ui = s_cand[i];
+        unsigned rank = 0u;
+        for (int j = 0; j < (int)nc; ++j) {
+            const unsigned kj = s_ckey[j];
+            rank += (kj > ki || (kj == ki && s_cand[j] < ui)) ? 1u : 0u;
+        }
+        if (rank < (unsigned)K - nsure) atomicOr(&hist[ui >> 5], 1u << (ui & 31));
+    }
+    __syncthreads();
+#else
     // ---- ties: the `need` lowest units whose key is lo (== hi) win ----------------
     // Found like the key: a histogram of those units' indices, lowest first, until the
     // bin holding the need-th lowest holds exactly the rest. Tied units up to `last` win.
@@ -482,6 +575,8 @@ fly_select(const elem_t* __restrict__ A, const long long lda, const int M, const
         }
     }
 
+#endif
+
     // ---- emit: one output byte (8 units, np.packbits order) per thread and step ----
     unsigned char* o = reinterpret_cast<unsigned char*>(out + row * ldo);
     for (int b = tid; b < 4 * MW; b += SEL_NT) {
@@ -491,7 +586,11 @@ fly_select(const elem_t* __restrict__ A, const long long lda, const int M, const
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const unsigned u = 8u * (unsigned)b + (unsigned)j;
+#if BAND
+            const bool take = u < (unsigned)M && (k[j] > khi || ((hist[u >> 5] >> (u & 31)) & 1u));
+#else
             const bool take = u < (unsigned)M && (k[j] > hi || (k[j] >= lo && u <= last));
+#endif
             byte |= (unsigned)take << (7 - j);
         }
         o[b] = (unsigned char)byte;

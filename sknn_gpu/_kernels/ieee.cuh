@@ -21,3 +21,32 @@ __device__ __forceinline__ float f64_to_f32_ieee(double x)
     asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(x));
     return r;
 }
+
+__device__ __forceinline__ float fmul_ieee(float a, float b)
+{
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+__device__ __forceinline__ float fsub_ieee(float a, float b)
+{
+    float r;
+    asm("sub.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
+// float32 -> float16 bits (round to nearest even) and back, subnormals kept
+__device__ __forceinline__ unsigned short f32_to_f16_ieee(float v)
+{
+    unsigned short h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(v));
+    return h;
+}
+
+__device__ __forceinline__ float f16_to_f32_ieee(unsigned short h)
+{
+    float r;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(h));
+    return r;
+}

@@ -211,7 +211,9 @@ def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
     chunk = max(_gemm_chunk_rows(m, n, 4) * 4, _gemm_chunk_rows(m, n, 2) * 2) * m  # float32 or float16
     # integer rows redone from float32: their flags and list, a gathered chunk of rows and its words
     chunk += 12 * rows + _gemm_chunk_rows(m, n, 4) * (2 * dp + 4 * mw)
-    fallback = max(fallback, m * dp * 2 + rows * dp * 2 + chunk)
+    # float rows (split float16: two columns per feature); rows the fused kernel redoes
+    chunk += rows * dp * 2 + rows * (4 * d + 4 * mw)
+    fallback = max(fallback, m * dp * 6 + rows * dp * 2 + chunk)  # P, and [P | P] for float rows
     fallback += min(-(-n // 32), WINDOW_BLOCKS_BOUND) * 32 * _window_cap(m, k) * 8
     out = {
         "dense": 2 * n * m,
@@ -244,8 +246,7 @@ def words(
     """
     cupy = get_cupy()
     n, d = X.shape
-    m, k = fh.n_components_, fh.k_
-    mw = (m + 31) // 32
+    mw = (fh.n_components_ + 31) // 32
     out_words = cupy.empty((n, mw), dtype=cupy.uint32)
     idx = fh._device_copy("_kernel_index", "cuda")
     for st, Xb in _device_batches(X, d):
@@ -260,49 +261,13 @@ def words(
                 cupy.cuda.get_current_stream().synchronize()
                 progress(b)
             continue
-        config = _fused_config(d, b) if algorithm == "exact" else None
-        if config is not None:
-            rows, dyn = config
-            kern = get_function(
-                "flyhash", "flyhash_fused", ROWS=rows, NB=NB, NTHREADS=NTHREADS, **_defines(fh)
-            )
-            _set_dynamic_smem(kern, dyn)
-            flags = cupy.empty(b, dtype=cupy.int32)
-            grid = min(-(-b // rows), device_limits().sm_count)  # resident blocks, one per SM
-            gcap = _window_cap(m, k)
-            window = cupy.empty(grid * rows * gcap, dtype=cupy.uint64)
-            kern(
-                (grid,),
-                (NTHREADS,),
-                (
-                    Xb,
-                    np.int64(b),
-                    np.int32(d),
-                    np.int64(d),
-                    idx,
-                    np.int32(m),
-                    np.int32(mw),
-                    np.int32(k),
-                    np.int32(_sample_words(mw)),
-                    out,
-                    flags,
-                    window,
-                    np.int32(gcap),
-                ),
-                shared_mem=dyn,
-            )
-            # one small reduction + sync; the costlier nonzero only when rows were flagged
-            n_flagged = int(cupy.count_nonzero(flags))
+        if algorithm == "exact" and _band_ok(fh):
+            redone = _band_words(fh, Xb, out, idx, stats)
             if stats is not None:
-                stats["fallback_rows"] = stats.get("fallback_rows", 0) + n_flagged
-            if n_flagged == 0:
-                if progress is not None:
-                    progress(b)
-                continue
-            todo = cupy.nonzero(flags)[0]
+                stats["band_rows"] = stats.get("band_rows", 0) + b
+                stats["band_redone_rows"] = stats.get("band_redone_rows", 0) + redone
         else:
-            todo = None  # every row through the materialised path
-        _finish_rows(fh, Xb, out, todo, algorithm)
+            _fused_block(fh, Xb, out, idx, algorithm, stats)
         if progress is not None:
             cupy.cuda.get_current_stream().synchronize()
             progress(b)
@@ -312,6 +277,122 @@ def words(
 # --------------------------------------------------------------------------- #
 # Tensor-core path                                                              #
 # --------------------------------------------------------------------------- #
+def _fused_block(fh, Xb, out, idx, algorithm, stats=None):  # pragma: no cover - needs a GPU
+    """Packed winners of a dense float32 device block with the fused kernel (``'exact'``;
+    rows it flags, and ``'bisect'``, through the materialised path)."""
+    cupy = get_cupy()
+    b, d = Xb.shape
+    m, k = fh.n_components_, fh.k_
+    mw = out.shape[1]
+    config = _fused_config(d, b) if algorithm == "exact" else None
+    todo = None  # every row through the materialised path
+    if config is not None:
+        rows, dyn = config
+        kern = get_function("flyhash", "flyhash_fused", ROWS=rows, NB=NB, NTHREADS=NTHREADS, **_defines(fh))
+        _set_dynamic_smem(kern, dyn)
+        flags = cupy.empty(b, dtype=cupy.int32)
+        grid = min(-(-b // rows), device_limits().sm_count)  # resident blocks, one per SM
+        gcap = _window_cap(m, k)
+        window = cupy.empty(grid * rows * gcap, dtype=cupy.uint64)
+        kern(
+            (grid,), (NTHREADS,),
+            (Xb, np.int64(b), np.int32(d), np.int64(Xb.strides[0] // 4), idx, np.int32(m), np.int32(mw),
+             np.int32(k), np.int32(_sample_words(mw)), out, flags, window, np.int32(gcap)),
+            shared_mem=dyn,
+        )  # fmt: skip
+        # one small reduction + sync; the costlier nonzero only when rows were flagged
+        n_flagged = int(cupy.count_nonzero(flags))
+        if stats is not None:
+            stats["fallback_rows"] = stats.get("fallback_rows", 0) + n_flagged
+        if n_flagged == 0:
+            return
+        todo = cupy.nonzero(flags)[0]
+    _finish_rows(fh, Xb, out, todo, algorithm)
+
+
+#: Float input under ``'exact'`` is hashed from a split-float16 tensor-core product (see
+#: :func:`_band_words`) when the projection has at most this many connections per unit
+#: (the error bound, and so the band of units checked exactly, grows with it) ...
+BAND_MAX_CONNECTIONS = 96
+#: ... and at most this many units (the selection's bit mask of candidate winners).
+BAND_MAX_UNITS = 65536
+#: Factor on the error bound of the approximate activations (see :func:`_band_width`).
+BAND_SAFETY = 8.0
+
+
+def _band_ok(fh):
+    """Whether float input goes through :func:`_band_words` (else the fused kernel)."""
+    return fh.n_connections_ <= BAND_MAX_CONNECTIONS and fh.n_components_ <= BAND_MAX_UNITS
+
+
+def _band_width(s):
+    """Twice the bound on |approximate - exact| activation, in the scaled units of
+    :func:`_band_words` (each row scaled so that its largest magnitude is below 2**15).
+
+    The approximate activation sums ``hi + lo`` (``x = hi + lo + e``, two float16s, |e|
+    <= 2**-22 |x| + 2**-25) over the unit's ``s`` inputs on tensor cores. Their
+    accumulation is bounded generously: each step that adds nonzero products may lose
+    up to 2**-22 of the magnitudes involved per addend (truncating alignment, as
+    measured for NVIDIA's tensor cores), at most ``4 s + 1`` addend-steps, plus one
+    float32 rounding for the second product's accumulation. The exact activation (the
+    CPU's sequential float32 sum) is within ``s * 2**-24`` of the magnitudes. With
+    every magnitude below ``s * 2**15``, times :data:`BAND_SAFETY`.
+    """
+    s = int(s)
+    mags = s * 2.0**15 * (1.0 + 2.0**-10)
+    eps = s * (2.0**-22 * 2.0**15 + 2.0**-25)  # the split
+    eps += (4 * s + 2) * 2.0**-22 * mags + s * 2.0**-24 * mags  # accumulation, exact sum
+    return 2.0 * BAND_SAFETY * eps
+
+
+def _band_words(fh, Xb, out, idx, stats=None):  # pragma: no cover - needs a GPU
+    """Packed winners of float32 rows under ``'exact'`` from tensor cores, exactly;
+    returns how many rows the fused kernel hashed instead.
+
+    Each row is scaled by a power of two (largest magnitude in [2**14, 2**15)) and
+    split into two float16s, ``hi + lo``; one cuBLAS product with ``[P | P]``
+    (float32 accumulation) gives approximate activations within ``_band_width / 2`` of the exact ones. The
+    selection kernel (``BAND``) finds the k-th largest approximate value; units above
+    it by more than the band win and units below it by more lose, whatever the
+    rounding; the few in between get their exact float32 sum (connection order, as on
+    the CPU) and are ranked exactly. A row with too many of those is flagged and
+    hashed by the fused kernel.
+    """
+    cupy = get_cupy()
+    b, d = Xb.shape
+    m, k = fh.n_components_, fh.k_
+    mw = out.shape[1]
+    P2 = _split_projection(fh)
+    dp = P2.shape[1] // 2
+    H = cupy.empty((b, 2 * dp), dtype=cupy.uint16)
+    ldx = np.int64(Xb.strides[0] // 4)
+    get_function("flyhash_select", "fly_to_half")(
+        (min(b, 16 * device_limits().sm_count),), (256,),
+        (Xb, np.int64(b), np.int32(d), ldx, np.int32(-2), H, np.int32(dp)),
+    )  # fmt: skip
+    flagged = cupy.zeros(b, dtype=cupy.uint32)
+    R = _gemm_chunk_rows(m, b, 4)
+    A = cupy.empty((R, m), dtype=cupy.float32)
+    sel, dyn = _select_kernel(m, 4, band=_defines(fh))
+    band = np.float32(_band_width(fh.n_connections_))
+    for c0 in range(0, b, R):
+        n = min(R, b - c0)
+        _cublas_half_gemm(P2, H[c0:], A, n)
+        sel(
+            (n,), (SEL_NT,),
+            (A, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), out[c0:], np.int64(out.strides[0] // 4),
+             flagged[c0:], Xb[c0:], ldx, idx, band),
+            shared_mem=dyn,
+        )  # fmt: skip
+    del A, H
+    rows = cupy.flatnonzero(flagged)
+    if rows.size:
+        redo = cupy.empty((int(rows.size), mw), dtype=cupy.uint32)
+        _fused_block(fh, cupy.ascontiguousarray(Xb[rows]), redo, idx, "exact", stats)
+        out[rows] = redo
+    return int(rows.size)
+
+
 def _half_width(n_features):
     """Columns of the float16 rows and projection: d padded to a multiple of 8 (16-byte rows)."""
     return -(-int(n_features) // 8) * 8
@@ -384,10 +465,20 @@ def _half_projection(fh):  # pragma: no cover - needs a GPU
     return fh._derived(("_half_projection", "cuda"), fh.components_, build)
 
 
+def _split_projection(fh):  # pragma: no cover - needs a GPU
+    """``[P | P]``, (m, 2 d padded): one product of the split rows ``[hi | lo]`` sums both
+    halves (instead of a second product that re-reads the activations)."""
+    return fh._derived(
+        ("_split_projection", "cuda"),
+        fh.components_,
+        lambda _c: get_cupy().tile(_half_projection(fh), (1, 2)),
+    )
+
+
 def _cublas_half_gemm(P, H, A, rows):  # pragma: no cover - needs a GPU
     """A[:rows] = H[:rows] @ P.T: float16 operands, float32 accumulation, the result in
-    ``A``'s precision (float32, or float16 bits in uint16 rounded once from the
-    float32 sum) (cuBLAS)."""
+    ``A``'s precision (float32, or float16 bits in uint16 rounded once from the float32
+    sum) (cuBLAS). H's rows are P's width apart."""
     cupy = get_cupy()
     try:
         from cupy_backends.cuda.libs import cublas
@@ -417,14 +508,21 @@ _ONE = np.ones(1, dtype=np.float32)
 _ZERO = np.zeros(1, dtype=np.float32)
 
 
-def _select_kernel(m, itemsize=4):  # pragma: no cover - needs a GPU
+def _select_kernel(m, itemsize=4, band=None):  # pragma: no cover - needs a GPU
     """(fly_select, dynamic shared bytes) for activations of ``itemsize`` bytes (float32:
-    4, float16: 2): the row's keys in shared memory when they fit."""
-    static = 4 * 2048 + 1024
+    4, float16: 2): the row's keys in shared memory when they fit. ``band``: the
+    projection's defines (:func:`_defines`) for the exact check of :func:`_band_words`."""
+    static = 4 * 2048 + 1024 + (8 * 512 if band else 0)
     keys = int(itemsize) * int(m)
     in_smem = keys + static <= device_limits().smem_per_block_optin
+    extra = dict(BAND=1, **band) if band else {}
     kern = get_function(
-        "flyhash_select", "fly_select", SEL_NT=SEL_NT, SMEM_KEYS=int(in_smem), KEY16=int(itemsize == 2)
+        "flyhash_select",
+        "fly_select",
+        SEL_NT=SEL_NT,
+        SMEM_KEYS=int(in_smem),
+        KEY16=int(itemsize == 2),
+        **extra,
     )
     dyn = keys if in_smem else 0
     if dyn:
