@@ -9,7 +9,11 @@ One fused kernel (``flyhash_fused``) computes the activations of a block of rows
 registers and selects the winners without writing the ``n x m`` activations; the
 rare rows it cannot finish (ties spread over too many units, or a window miss) are
 flagged and finished here from materialised activations with the same exact
-selection as the CPU engine (:mod:`._wta`).
+selection as the CPU engine (:mod:`._wta`). Float input under ``'exact'`` takes it
+beyond :data:`BAND_MAX_CONNECTIONS` / :data:`BAND_MAX_UNITS`; within them it is
+hashed from a split-float16 tensor-core product with an exact check of the units
+near the threshold (:func:`_band_words`), and the rows that check cannot settle go
+to the fused kernel.
 
 The tensor-core path (``_kernels/flyhash_select.cu``) serves integer-valued input
 under ``precision='exact'`` / ``'integer'`` and every input under ``'fast'``: the
