@@ -77,6 +77,35 @@ def fused_only(engine):
         engine._on_tensor_cores, engine.BAND_MAX_CONNECTIONS = saved
 
 
+def integer_row(table, fh, Xd, label, note, repeat, time_fused=False):
+    """Add the row of integer-valued CuPy input ``Xd`` on tensor cores, its bits checked
+    against the fused kernel's; returns the fused kernel's ``transform`` time when asked."""
+    import cupy
+
+    from sknn_gpu.fly import _flyhash_cuda
+    from sknn_gpu.fly._flyhash_cuda import words as words_cuda
+
+    m, k = fh.n_components_, fh.k_
+    st = {}
+    win = winners_from_packed(words_cuda(fh, Xd, "exact", st).view(cupy.uint8).get(), m, k)
+    with fused_only(_flyhash_cuda):
+        same = np.array_equal(
+            win, winners_from_packed(words_cuda(fh, Xd, "exact").view(cupy.uint8).get(), m, k)
+        )
+        t_fused = time_gpu(lambda: fh.transform(Xd), repeat=repeat, warmup=1) if time_fused else None
+    table.add(
+        label,
+        "cuda",
+        time_gpu(lambda: fh.transform(Xd), repeat=repeat, warmup=2),
+        ("bit-identical to the fused kernel" if same else "DIFFERS from the fused kernel")
+        + f" ({st.get('tensor_rows', 0):,} rows on tensor cores,"
+        + f" {st.get('float32_rows', 0):,} of them redone from float32 activations)",
+        note,
+        exact="exact" if same else "inexact",
+    )
+    return t_fused
+
+
 def digit_pixels(n, d):
     """``n`` image-like rows of ``d`` = 784 (28x28) or 3,072 (32x32x3) pixels in 0..255:
     scikit-learn's 8x8 digits upscaled 4x (cropped to 28x28), tiled; None for other d."""
@@ -280,22 +309,9 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
         )
         del fast_win
         Xi = cupy.asarray(np.random.default_rng(1).integers(0, 256, size=(n, d)).astype(np.float32))
-        st = {}
-        int_win = winners_from_packed(words_cuda(fh, Xi, "exact", st).view(cupy.uint8).get(), m, k)
-        with fused_only(_flyhash_cuda):  # the fused kernel on the same pixels
-            fused_win = winners_from_packed(words_cuda(fh, Xi, "exact").view(cupy.uint8).get(), m, k)
-            t_fused = time_gpu(lambda: fh.transform(Xi), repeat=repeat_gpu, warmup=1)
-        same = np.array_equal(int_win, fused_win)
-        table.add(
-            "ours GPU, pixels 0..255 (tensor cores)",
-            "cuda",
-            time_gpu(lambda: fh.transform(Xi), repeat=repeat_gpu, warmup=2),
-            ("bit-identical to the fused kernel" if same else "DIFFERS from the fused kernel")
-            + f" ({st.get('tensor_rows', 0):,} rows on tensor cores,"
-            + f" {st.get('float32_rows', 0):,} of them redone from float32 activations)",
-            "integer-valued input, precision='exact'",
-            exact="exact" if same else "inexact",
-        )
+        label = "ours GPU, pixels 0..255 (tensor cores)"
+        note = "integer-valued input, precision='exact'"
+        t_fused = integer_row(table, fh, Xi, label, note, repeat_gpu, time_fused=True)
         table.add(
             "ours GPU, pixels 0..255 (fused kernel)",
             "cuda",
@@ -304,27 +320,14 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             "what 'exact' did before issue 13",
             exact="exact",
         )
-        del Xi, int_win, fused_win
+        del Xi
         Xg = digit_pixels(n, d)
         if Xg is not None:  # image-like pixels: dark backgrounds, strokes of 0..255
-            Xg = cupy.asarray(Xg)
-            st = {}
-            img_win = winners_from_packed(words_cuda(fh, Xg, "exact", st).view(cupy.uint8).get(), m, k)
-            with fused_only(_flyhash_cuda):
-                same = np.array_equal(
-                    img_win, winners_from_packed(words_cuda(fh, Xg, "exact").view(cupy.uint8).get(), m, k)
-                )
-            table.add(
-                "ours GPU, digit images upscaled, 0..255 (tensor cores)",
-                "cuda",
-                time_gpu(lambda: fh.transform(Xg), repeat=repeat_gpu, warmup=2),
-                ("bit-identical to the fused kernel" if same else "DIFFERS from the fused kernel")
-                + f" ({st.get('tensor_rows', 0):,} rows on tensor cores,"
-                + f" {st.get('float32_rows', 0):,} of them redone from float32 activations)",
-                "scikit-learn's digits, 8x8 -> 28x28 (or 32x32x3), tiled to n rows",
-                exact="exact" if same else "inexact",
-            )
-            del Xg, img_win
+            integer_row(
+                table, fh, cupy.asarray(Xg), "ours GPU, digit images upscaled, 0..255 (tensor cores)",
+                "scikit-learn's digits, 8x8 -> 28x28 (or 32x32x3), tiled to n rows", repeat_gpu,
+            )  # fmt: skip
+            del Xg
 
         if tie_heavy:
             # binarised input: activations are small integers that tie massively at the
