@@ -266,11 +266,12 @@ def host_mapped(shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, Any]:
     """A NumPy array in pinned host memory and a CuPy array over the same bytes.
 
     Under unified addressing (every 64-bit platform CuPy supports) pinned host memory
-    is addressable from kernels with the host pointer, so kernels can read their input
-    from it and write their results into it: no copy call, no device allocation, and
-    the host reads the results once the stream is synchronized. Worth it for a few
-    kilobytes read once (one-row predictions, flags); every device access crosses the
-    PCIe bus, so large arrays belong in device memory.
+    is addressable from kernels with the host pointer, so kernels can write small
+    results into it: no copy call, no device allocation, and the host reads them once
+    the stream is synchronized (one-row predictions, flags). Every device access
+    crosses the PCIe bus, so data that kernels read, or read many times, belongs in
+    device memory (a one-row input read by every block of a cluster was slower in
+    place than copied).
     """
     cp = get_cupy()
     dtype = np.dtype(dtype)

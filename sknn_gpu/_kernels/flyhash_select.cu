@@ -105,9 +105,7 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
             for (int j = threadIdx.x; j < DP; j += blockDim.x) o[j] = j < D ? f32_to_f16_ieee(x[j]) : (unsigned short)0;
             continue;
         }
-        // centre the row on its mean c (every unit has S connections, so a shift of the
-        // row shifts every activation by S c: the same winners) and scale it by a power
-        // of two; halves throughout so that no intermediate overflows
+        // the row's smallest, largest and mean value, for the three modes below
         float mn = FH_INF_F, mx = -FH_INF_F, mean = 0.0f;
         for (int j = threadIdx.x; j < D; j += blockDim.x) {
             const float v = x[j];
@@ -170,6 +168,9 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
                 o[j] = j < D ? f32_to_f16_ieee(x[j] - c) : (unsigned short)0;
             continue;
         }
+        // 'fast': centre the row on its mean c (every unit has S connections, so a shift
+        // of the row shifts every activation by S c: the same winners) and scale it by a
+        // power of two; halves throughout so that no intermediate overflows
         const float c2 = 0.5f * mean;
         const float h = fmaxf(0.5f * mx - c2, c2 - 0.5f * mn);  // half the largest |x - c|
         float sc = 1.0f;

@@ -338,7 +338,7 @@ def _band_width(s):
     accumulation is bounded generously: each step that adds nonzero products may lose
     up to 2**-22 of the magnitudes involved per addend (truncating alignment, as
     measured for NVIDIA's tensor cores), at most ``4 s + 1`` addend-steps, plus one
-    float32 rounding for the second product's accumulation. The exact activation (the
+    float32 rounding (a split-K reduction, say). The exact activation (the
     CPU's sequential float32 sum) is within ``s * 2**-24`` of the magnitudes. With
     every magnitude below ``s * 2**15``, times :data:`BAND_SAFETY`.
     """
@@ -355,8 +355,9 @@ def _band_words(fh, Xb, out, idx, stats=None):  # pragma: no cover - needs a GPU
 
     Each row is scaled by a power of two (largest magnitude in [2**14, 2**15)) and
     split into two float16s, ``hi + lo``; one cuBLAS product with ``[P | P]``
-    (float32 accumulation) gives approximate activations within ``_band_width / 2`` of the exact ones. The
-    selection kernel (``BAND``) finds the k-th largest approximate value; units above
+    (float32 accumulation) gives approximate activations within ``_band_width / 2``
+    of the exact ones. The selection kernel (``BAND``) brackets the k-th largest
+    approximate value; units above
     it by more than the band win and units below it by more lose, whatever the
     rounding; the few in between get their exact float32 sum (connection order, as on
     the CPU) and are ranked exactly. A row with too many of those is flagged and

@@ -576,10 +576,10 @@ def prepared_forward(graph, X, executor="auto"):
     return (lambda: launch(X, V, out, w, b)), out
 
 
-def _plan_config(graph, batch, executor, need_bytes=0):
+def _plan_config(graph, batch, executor):
     """The device plan and launch configuration for ``batch`` rows, after the checks every
     forward pass makes first: an earlier launch's barrier time-out, and the node values
-    (plus ``need_bytes``) against free memory."""
+    against free memory."""
     cp = get_cupy()
     d = graph._dev.get(cp.cuda.runtime.getDevice())
     if d is None:
@@ -589,9 +589,7 @@ def _plan_config(graph, batch, executor, need_bytes=0):
         cfg = _exec_config(d, batch, executor)
     if d["bar_err_np"][0]:  # a grid barrier of an earlier launch timed out (host-mapped: no copy)
         _barrier_failed(d)
-    check_memory(
-        cfg["need"] + need_bytes, "cuda", "SparseGraph forward (node values)", floor=SMALL_WORK_BYTES
-    )
+    check_memory(cfg["need"], "cuda", "SparseGraph forward (node values)", floor=SMALL_WORK_BYTES)
     return d, cfg
 
 
