@@ -306,3 +306,25 @@ def test_integer_check_agrees_on_both_devices(case):
     assert _flyhash_cuda.integer_valued(cupy.asarray(X)) is expected
     host_csr = sp.csr_matrix(X.astype(np.float32))  # built on the host: the subnormal is kept
     assert _flyhash_cuda.integer_valued(csp.csr_matrix(host_csr)) is expected
+
+
+@pytest.mark.cuda
+def test_tensor_core_products_reduce_in_float32_and_restore_the_math_mode(monkeypatch, rng):
+    """cuBLAS may add split-K partial sums in a float16 output's precision unless told not
+    to; the products ask for float32 reductions and leave the handle as they found it."""
+    import cupy
+
+    try:
+        from cupy_backends.cuda.libs import cublas
+    except ImportError:  # pragma: no cover - older layouts
+        from cupy.cuda import cublas
+
+    handle = cupy.cuda.device.get_cublas_handle()
+    before = cublas.getMathMode(handle)
+    seen = []
+    real = cublas.gemmEx
+    monkeypatch.setattr(cublas, "gemmEx", lambda h, *a: seen.append(cublas.getMathMode(h)) or real(h, *a))
+    X = _pixels(rng, n=50, d=100)
+    np.testing.assert_array_equal(_hash(X, "exact", "cuda")[0], _hash(X, "exact", "cpu")[0])
+    assert seen and all(mode & _flyhash_cuda._DISALLOW_REDUCED_PRECISION_REDUCTION for mode in seen)
+    assert cublas.getMathMode(handle) == before

@@ -497,8 +497,11 @@ def _cublas_half_gemm(P, H, A, rows):  # pragma: no cover - needs a GPU
     m, dp = P.shape
     handle = cupy.cuda.device.get_cublas_handle()
     cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
-    mode = cublas.getPointerMode(handle)
+    mode, math = cublas.getPointerMode(handle), cublas.getMathMode(handle)
     cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)
+    # a split-K reduction must add in float32, not in a float16 output's precision: the
+    # integer path's exactness rests on the one rounding of each exact float32 sum
+    cublas.setMathMode(handle, math | _DISALLOW_REDUCED_PRECISION_REDUCTION)
     try:
         cublas.gemmEx(
             handle, cublas.CUBLAS_OP_T, cublas.CUBLAS_OP_N, m, int(rows), dp,
@@ -507,6 +510,11 @@ def _cublas_half_gemm(P, H, A, rows):  # pragma: no cover - needs a GPU
         )  # fmt: skip
     finally:
         cublas.setPointerMode(handle, mode)
+        cublas.setMathMode(handle, math)
+
+
+#: CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION (cublas_api.h), OR-ed into the math mode.
+_DISALLOW_REDUCED_PRECISION_REDUCTION = 16
 
 
 _ONE = np.ones(1, dtype=np.float32)
