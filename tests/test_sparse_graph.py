@@ -678,7 +678,7 @@ def test_gpu_forward_flags_non_finite_input(executor, rng):
 @pytest.mark.cuda
 @pytest.mark.parametrize("executor", ["auto", "level", "fused:smem", "fused:grid", "fused:cluster"])
 def test_gpu_small_numpy_batches_run_from_pinned_memory(executor, monkeypatch, rng):
-    """A small float64 NumPy batch on the GPU is read and answered in pinned host memory
+    """A small float64 NumPy batch on the GPU goes through pinned host memory
     (forward_host): the same bits as the CuPy input, NumPy out, 1-D in 1-D out, any
     memory order, non-finite input flagged; a larger batch takes the copy path."""
     import cupy as cp

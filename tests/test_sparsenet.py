@@ -366,7 +366,7 @@ def test_gpu_predict_caches_the_target_scaling_per_fit(rng):
 @pytest.mark.cuda
 @pytest.mark.parametrize("input_activation", ["identity", "sigmoid"])
 def test_gpu_predict_of_a_few_numpy_rows_uses_pinned_memory(input_activation, monkeypatch, rng):
-    """A few NumPy rows are predicted from pinned host memory (no copies): the same bits as
+    """A few NumPy rows are predicted through pinned host memory (one copy): the same bits as
     the CuPy rows; a squashed input keeps the device path (its tanh runs on the GPU)."""
     import cupy as cp
 

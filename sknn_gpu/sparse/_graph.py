@@ -636,7 +636,7 @@ class SparseGraph:
             # latency path: a float64 CuPy matrix goes straight to the kernels (they flag non-finite input)
             return _graph_cuda.forward(self, X, executor=executor, check_finite=True)
         if device == "cuda" and type(X) is np.ndarray and X.ndim in (1, 2):
-            # latency path: a small float64 NumPy batch is read and answered in pinned host memory
+            # latency path: a small float64 NumPy batch goes through pinned staging (forward_host)
             X2 = X.reshape(1, -1) if X.ndim == 1 else X
             if _graph_cuda.fits_host_mapped(self, X2):
                 out = _graph_cuda.forward_host(self, X2, executor=executor)

@@ -498,7 +498,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         return out * self._device_copy("_y_scale") + self._device_copy("_y_mean")
 
     def _host_mapped_predict(self, X, Xv):
-        """Whether ``predict`` evaluates the validated NumPy rows ``Xv`` from pinned host
+        """Whether ``predict`` evaluates the validated NumPy rows ``Xv`` through pinned host
         memory (``_graph_cuda.forward_host``): on the GPU, for a small batch, with the
         identity input activation (a squashed input would be computed on the host, not
         with the device's ``tanh`` that larger batches use, and could differ in the last bit)."""
