@@ -373,8 +373,9 @@ def call_overheads(gpu):
 
 
 def tune_t_cols(gpu):
-    """Sweep the transposed column-tile kernel: row splits x rows loaded at once per thread
-    (U), queued kernel time on the Table I shapes and two tall ones, beside cuBLAS."""
+    """Sweep the transposed kernels: row splits through a workspace, or clusters of
+    blocks (compute capability 9.0), x rows loaded at once per thread (U); queued kernel
+    time on the Table I shapes, two tall ones and two large squares, beside cuBLAS."""
     if not gpu:
         return
     import cupy
@@ -382,14 +383,19 @@ def tune_t_cols(gpu):
     from sknn_gpu import linalg
     from sknn_gpu._backend import device_limits
 
-    print("### Tuning sweep: A.T @ x, float32, kernel (queued), splits x U (rows loaded at once)\n")
+    print(
+        "### Tuning sweep: A.T @ x, float32, kernel (queued): workspace splits (s) and "
+        "thread-block clusters (C) x U (rows loaded at once)\n"
+    )
     combos = [(u, s) for u in (4, 16, 32) for s in (1, 2, 4, 8, 16, 32)]
-    heads = " | ".join(f"U{u} s{s}" for u, s in combos)
-    print(f"| m × n | rule (U, splits) | rule | best | {heads} | cuBLAS |")
-    print("|---" * (len(combos) + 5) + "|")
+    clusters = [(u, c) for c in (2, 4, 8, 16) for u in (8, 16, 32)]
+    cluster_ok = device_limits().compute_capability >= (9, 0)
+    heads = " | ".join([f"U{u} s{s}" for u, s in combos] + [f"U{u} C{c}" for u, c in clusters])
+    print(f"| m × n | rule (U, splits) | rule cluster (U, C) | rule | best | {heads} | cuBLAS |")
+    print("|---" * (len(combos) + len(clusters) + 6) + "|")
     shapes = [(128, n) for n in (256, 512, 1024, 2048, 4096, 8192, 16384)]
     shapes += [(256, n) for n in (512, 1024, 2048, 4096, 8192, 16384)]
-    shapes += [(n, n) for n in (256, 512, 1024, 2048, 4096)] + [(8192, 256), (65536, 512)]
+    shapes += [(n, n) for n in (256, 512, 1024, 2048, 4096, 8192, 16384)] + [(8192, 256), (65536, 512)]
     n_sm = device_limits().sm_count
 
     def reset():
@@ -403,23 +409,30 @@ def tune_t_cols(gpu):
             dy = cupy.zeros(n, dtype=cupy.float32)
             want = dA.T.astype(cupy.float64) @ dx.astype(cupy.float64)
 
-            def run(force):
+            def run(force, cluster=None):
                 linalg._T_COLS_FORCE = force
+                linalg._T_CLUSTER_FORCE = cluster
                 reset()
                 got = linalg.gemv(dA, dx, trans=True)
                 assert float(cupy.abs(got - want).max()) <= 1e-3 * float(cupy.abs(want).max()) + 1e-3
                 return time_queued(lambda: linalg.gemv(dA, dx, dy, trans=True))  # noqa: B023
 
             rule = linalg._t_cols_config(m, -(-n // 128), n_sm)
-            times = {c: run(c) for c in combos if c[1] <= max(1, m // 8)}
+            rule_c = linalg._t_cluster_config(
+                m, -(-n // 128), n_sm, (9, 0) if cluster_ok else (0, 0), m * n * 4
+            )
+            times = {("s",) + c: run(c) for c in combos if c[1] <= max(1, m // 8)}
+            if cluster_ok:
+                times.update({("C",) + c: run(None, c) for c in clusters})
             t_rule = run(None)
             best = min(times, key=times.get)
-            cells = [fmt_time(times[c]) if c in times else "—" for c in combos]
+            cells = [fmt_time(times[("s",) + c]) if ("s",) + c in times else "—" for c in combos]
+            cells += [fmt_time(times[("C",) + c]) if ("C",) + c in times else "—" for c in clusters]
             cub = _try(lambda: time_queued(lambda: _cublas().gemv("T", 1.0, dA, dx, 0.0, dy)))  # noqa: B023
-            row = f"| {m} × {n} | {rule} | {fmt_time(t_rule)} | {best} | " + " | ".join(cells)
+            row = f"| {m} × {n} | {rule} | {rule_c} | {fmt_time(t_rule)} | {best} | " + " | ".join(cells)
             print(row + f" | {fmt_time(cub)} |", flush=True)
     finally:
-        linalg._T_COLS_FORCE = None
+        linalg._T_COLS_FORCE = linalg._T_CLUSTER_FORCE = None
         reset()
     print()
 

@@ -13,6 +13,9 @@ variant             used for
                     paper's shared-memory reduction); split along the row
                     (split-K) when there are fewer rows than half the SMs
 ``t_cols``          ``A.T @ x``: 32x8 blocks over column tiles, split over rows
+``t_cluster``       ``A.T @ x`` on compute capability 9.0: the row splits of a
+                    column tile form a thread-block cluster and add their
+                    partial sums in distributed shared memory
 ``t_flat``          ``A.T @ x`` with at most 32 columns (tall-skinny)
 ``ger_tiled``       ``A += alpha * outer(x, y)``, vectorised tiles
 ==================  =====================================================
@@ -37,7 +40,7 @@ import numpy as np
 from scipy.linalg import blas as _blas
 
 from ._backend import device_limits, get_cupy, is_cupy_array
-from ._kernels import get_function
+from ._kernels import allow_large_clusters, get_function
 from ._kernels._launch import Launch, LaunchTable, driver_launch
 from ._typing import Array, ArrayLike
 
@@ -489,6 +492,42 @@ def _t_cols_config(m, col_blocks, n_sm):
     return (32 if per_lane >= 32 else 16), nsplit
 
 
+#: The cluster variant of the transposed kernel (compute capability 9.0), from a sweep of
+#: ``(U, blocks per cluster)`` on the Table I shapes and 8192² / 16384² (H200 and H100,
+#: queued kernel time; ``python benchmarks/bench_mlp.py --part tune``): clusters of C = 8,
+#: 4 or 2 blocks, the largest whose grid (column tiles x C) stays within 2 blocks per SM
+#: while each of a block's 8 row lanes keeps at least 8 rows (16 once the grid exceeds
+#: half the SMs); none below 256 rows, where one block per tile sums every row
+#: (_T_COLS_UNSPLIT_ROWS), and none where the grid would hold fewer blocks than a quarter
+#: of the SMs for more than 2 MiB (tall, narrow matrices: the workspace split spreads them
+#: wider). U is 16 for pairs of blocks and for 9 to 63 rows per lane, else 8 (on the H100
+#: and the H200 alike, 4096² and 8192² ran 15-30 % slower with U = 16).
+#: ``_T_CLUSTER_FORCE = (U, C)`` forces it (the sweep).
+_T_CLUSTER_FORCE = None
+_T_CLUSTER_SMALL_BYTES = 2 << 20
+
+
+def _t_cluster_config(m, col_blocks, n_sm, cc, nbytes):
+    """``(U, blocks per cluster)`` of the cluster variant of the transposed kernel for ``m``
+    rows over ``col_blocks`` column tiles of a matrix of ``nbytes`` bytes on a device of
+    compute capability ``cc``, or None for the column-tile kernel (``_t_cols_config``)."""
+    if cc < (9, 0):
+        return None
+    if _T_CLUSTER_FORCE is not None:
+        U, cs = _T_CLUSTER_FORCE
+        return int(U), int(cs)
+    if m < _T_COLS_UNSPLIT_ROWS or _T_COLS_FORCE is not None:
+        return None
+    for cs in (8, 4, 2):
+        grid = col_blocks * cs
+        per_lane = -(-m // cs) // 8
+        if grid <= 2 * n_sm and per_lane >= (16 if 2 * grid > n_sm else 8):
+            if 4 * grid < n_sm and nbytes > _T_CLUSTER_SMALL_BYTES:
+                return None
+            return (16 if cs == 2 or 8 < per_lane < 64 else 8), cs
+    return None
+
+
 def _gemv_plan(lim, m, n, trans, dtype, vector):
     """Kernel, launch shape and fixed arguments for one (shape, dtype, alignment) case.
 
@@ -539,6 +578,18 @@ def _gemv_plan(lim, m, n, trans, dtype, vector):
         return k, (nsplit,), (256,), ws, (m, n), (rows_per_split,)
     cols_per_block = 32 * (vw if vector else 1)
     col_blocks = -(-n // cols_per_block)
+    cluster = _t_cluster_config(m, col_blocks, n_sm, lim.compute_capability, m * n * dtype.itemsize)
+    if cluster is not None:  # the row splits of a tile form one cluster: no workspace
+        U, cs = cluster
+        k = get_function("gemv", f"gemv_t_cluster<{ct},{vs},{U}>", T_CLUSTER=cs)
+        if cs > 8 and not allow_large_clusters(k):  # non-portable cluster size
+            return _gemv_plan_t_cols(m, n, ct, vs, col_blocks, n_sm)
+        return k, (col_blocks, cs), (32, 8), None, (m, n), ()
+    return _gemv_plan_t_cols(m, n, ct, vs, col_blocks, n_sm)
+
+
+def _gemv_plan_t_cols(m, n, ct, vs, col_blocks, n_sm):
+    """``_gemv_plan`` of the transposed column-tile kernel (split through a workspace)."""
     U, nsplit = _t_cols_config(m, col_blocks, n_sm)
     k = get_function("gemv", f"gemv_t_cols<{ct},{vs},{U}>")
     rows_per_split = -(-m // nsplit)

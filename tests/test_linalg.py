@@ -352,6 +352,62 @@ def test_transposed_rule_can_be_forced_for_the_tuning_sweep(monkeypatch):
     assert linalg._t_cols_config(16, 4, n_sm=132) == (4, 16)  # never more splits than rows
 
 
+@pytest.mark.parametrize(
+    "m, n, want",
+    [
+        (128, 256, None),  # below 256 rows one block per column tile sums every row
+        (256, 256, (8, 4)),  # every row lane keeps >= 8 rows
+        (512, 512, (8, 8)),
+        (1024, 1024, (16, 8)),
+        (4096, 4096, (8, 8)),  # 32 tiles x 8 = 256 blocks: within 2 per SM
+        (8192, 8192, (8, 4)),
+        (16384, 16384, (16, 2)),  # pairs of blocks load 16 rows at once
+        (256, 4096, (16, 2)),  # a grid beyond half the SMs wants >= 16 rows per lane
+        (2048, 2048, (16, 8)),
+        (65536, 512, None),  # 4 tiles x 8 blocks for 128 MiB: the workspace split spreads wider
+        (128 * 8, 132 * 128 * 3, None),  # more tiles than 2 per SM
+    ],
+)
+def test_transposed_cluster_rule(m, n, want):
+    from sknn_gpu.linalg import _t_cluster_config
+
+    assert _t_cluster_config(m, -(-n // 128), 132, (9, 0), m * n * 4) == want
+    assert _t_cluster_config(m, -(-n // 128), 132, (8, 0), m * n * 4) is None  # clusters need 9.0
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(512, 512), (301, 2053), (5, 132), (1000, 96)])
+@pytest.mark.parametrize("force", [(8, 2), (16, 4), (32, 8), (8, 16)], ids=lambda f: f"U{f[0]}C{f[1]}")
+def test_transposed_cluster_kernel_matches_cpu(monkeypatch, rng, dtype, shape, force):
+    """The cluster variant of A.T @ x (partial sums met in distributed shared memory),
+    forced on shapes with odd sizes, blocks with no rows (5 rows over up to 16 blocks),
+    scalar tiles (n not a multiple of the vector width), alpha and beta, against the CPU."""
+    import cupy
+
+    from sknn_gpu import linalg
+    from sknn_gpu._backend import device_limits
+
+    if device_limits().compute_capability < (9, 0):
+        pytest.skip("thread-block clusters need compute capability 9.0")
+    monkeypatch.setattr(linalg, "_T_CLUSTER_FORCE", force)
+    monkeypatch.setattr(linalg, "_plan_cache", {})
+    linalg._TABLE.clear()
+    m, n = shape
+    A = rng.standard_normal(shape).astype(dtype)
+    x = rng.standard_normal(m).astype(dtype)
+    y0 = rng.standard_normal(n).astype(dtype)
+    plan = linalg._gemv_plan(device_limits(), m, n, True, np.dtype(dtype), True)
+    assert plan[2] == (32, 8) and plan[1][1] == force[1] and plan[3] is None  # no workspace
+    want = gemv(A, x, y0.copy(), alpha=0.75, beta=-1.5, trans=True)
+    for _ in range(2):  # the second call takes the cached launch record
+        got = gemv(cupy.asarray(A), cupy.asarray(x), cupy.asarray(y0), alpha=0.75, beta=-1.5, trans=True)
+        rtol = 1e-5 if dtype == np.float32 else 1e-12
+        scale = 0.75 * np.abs(A.T.astype(np.float64)) @ np.abs(x) + 1.5 * np.abs(y0)
+        assert np.all(np.abs(got.get() - want) <= rtol * (1 + scale))
+    linalg._TABLE.clear()
+
+
 # ------------------------------------------------------------- the cached launch facility (no GPU needed)
 class _FakeKernel:
     """What :class:`Launch` reads from a CuPy RawKernel: ``kernel.ptr``."""

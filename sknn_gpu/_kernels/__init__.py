@@ -38,6 +38,7 @@ __all__ = [
     "get_function",
     "clear_cache",
     "check_barrier_error",
+    "allow_large_clusters",
 ]
 
 _DEFAULT_OPTIONS = ("--std=c++17",)
@@ -185,3 +186,18 @@ def check_barrier_error(err_buf, what):
             f"{what}: grid barrier timed out: the persistent kernel's blocks were not all "
             "resident; is another workload using the GPU?"
         )
+
+
+#: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (CUDA driver API).
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+
+
+def allow_large_clusters(kern):
+    """Let ``kern`` (a compiled kernel) launch thread-block clusters of more than 8 blocks,
+    the portable maximum (H100 allows 16). Returns False where the CuPy build or the driver
+    refuses the attribute; a launch may still fail when no GPC has room for the cluster."""
+    try:
+        get_cupy().cuda.driver.funcSetAttribute(kern.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+    except Exception:  # pragma: no cover - depends on the CuPy build and driver
+        return False
+    return True

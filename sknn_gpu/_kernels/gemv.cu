@@ -13,6 +13,9 @@
 //   gemv_t_cols    transposed: a 32x8 block owns 32*VW consecutive columns and a
 //                  range of rows; coalesced row reads (U rows in flight per thread),
 //                  shared-memory reduction over the 8 row lanes, optional split over rows.
+//   gemv_t_cluster the same tiles split over rows into the blocks of one thread-block
+//                  cluster (compute capability 9.0, compiled with T_CLUSTER defined);
+//                  the partial sums meet in distributed shared memory.
 //   gemv_t_flat    transposed, few columns (n <= 32): consecutive threads read
 //                  consecutive elements of the flat matrix, each thread keeps one column.
 // beta == 0 never reads y (BLAS semantics: NaN in y is not propagated).
@@ -218,6 +221,48 @@ __device__ __forceinline__ void t_cols_store(const T (&sm)[RL][C], const int tx,
     }
 }
 
+// gemv_t_cols / gemv_t_cluster, one thread: acc[v] = sum of A[i, col + v] * x[i] over its
+// row lane's rows i = i0, i0 + RL, ... < r1, in row order (VW = VecOf<T>::N columns on the
+// vector path, one otherwise; acc is zeroed here). The vector path loads U rows at once.
+template <typename T, bool VECTOR, int U, int RL>
+__device__ __forceinline__ void t_cols_lane_sum(const T* __restrict__ A, const T* __restrict__ x, const long long n,
+                                                const long long col, const long long i_first, const long long r1,
+                                                T (&acc)[VecOf<T>::N])
+{
+#pragma unroll
+    for (int v = 0; v < VecOf<T>::N; ++v) acc[v] = (T)0;
+    if (col >= n) return;
+    if (VECTOR) {
+        typedef typename VecOf<T>::type V;
+        // U rows of loads in flight per thread, then the sums in row order
+        for (long long i0 = i_first; i0 < r1; i0 += (long long)RL * U) {
+            V a[U];
+            T xi[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const long long i = i0 + (long long)u * RL;
+                if (i < r1) {
+                    xi[u] = __ldg(x + i);
+                    a[u] = *reinterpret_cast<const V*>(A + i * n + col);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (i0 + (long long)u * RL < r1) {
+                    const T* ap = reinterpret_cast<const T*>(&a[u]);
+#pragma unroll
+                    for (int v = 0; v < VecOf<T>::N; ++v) acc[v] += ap[v] * xi[u];
+                }
+            }
+        }
+    } else {
+#pragma unroll 4
+        for (long long i = i_first; i < r1; i += RL) {
+            acc[0] += A[i * n + col] * __ldg(x + i);
+        }
+    }
+}
+
 // block (32, 8); blockIdx.x: group of 32*VW columns; blockIdx.y: range of rows; the vector
 // path loads U rows per thread at once (16 or 32: the host picks by rows per thread).
 template <typename T, bool VECTOR, int U>
@@ -235,39 +280,7 @@ __global__ void __launch_bounds__(256) gemv_t_cols(const T* __restrict__ A, cons
     long long r1 = r0 + rows_per_split;
     if (r1 > m) r1 = m;
     T acc[VecOf<T>::N];
-#pragma unroll
-    for (int v = 0; v < VecOf<T>::N; ++v) acc[v] = (T)0;
-    if (col < n) {
-        if (VECTOR) {
-            typedef typename VecOf<T>::type V;
-            // U rows of loads in flight per thread, then the sums in row order
-            for (long long i0 = r0 + ty; i0 < r1; i0 += (long long)RL * U) {
-                V a[U];
-                T xi[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const long long i = i0 + (long long)u * RL;
-                    if (i < r1) {
-                        xi[u] = __ldg(x + i);
-                        a[u] = *reinterpret_cast<const V*>(A + i * n + col);
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    if (i0 + (long long)u * RL < r1) {
-                        const T* ap = reinterpret_cast<const T*>(&a[u]);
-#pragma unroll
-                        for (int v = 0; v < VecOf<T>::N; ++v) acc[v] += ap[v] * xi[u];
-                    }
-                }
-            }
-        } else {
-#pragma unroll 4
-            for (long long i = r0 + ty; i < r1; i += RL) {
-                acc[0] += A[i * n + col] * __ldg(x + i);
-            }
-        }
-    }
+    t_cols_lane_sum<T, VECTOR, U, RL>(A, x, n, col, r0 + ty, r1, acc);
 #pragma unroll
     for (int v = 0; v < VW; ++v) sm[ty][tx * VW + v] = acc[v];
     __syncthreads();
@@ -302,6 +315,68 @@ __global__ void __launch_bounds__(256) gemv_t_cols(const T* __restrict__ A, cons
         if (tx == 0) cnt[blockIdx.x] = 0u;
     }
 }
+
+#ifdef T_CLUSTER
+// gemv_t_cluster: gemv_t_cols split over rows into the T_CLUSTER blocks of one thread-block
+// cluster (compute capability 9.0; grid (column tiles, T_CLUSTER)), whose partial sums
+// meet in distributed shared memory instead of a global workspace: no atomic ticket, no
+// fence, no second pass over global memory, one cluster barrier. Block `rank` sums rows
+// [rank * R, (rank + 1) * R), R = ceil(m / T_CLUSTER), and stores each column's partial
+// into the inbox of the block that finishes that column (block j / PER finishes the
+// tile's column j, PER = 32 * VW / T_CLUSTER), slot [rank]; after the barrier every
+// block adds its inbox in rank order (deterministic). Nothing is read remotely, so a
+// block may exit as soon as it has passed the barrier.
+template <typename T, bool VECTOR, int U>
+__global__ void __cluster_dims__(1, T_CLUSTER, 1) __launch_bounds__(256)
+    gemv_t_cluster(const T* __restrict__ A, const T* __restrict__ x, T* __restrict__ y, const long long m,
+                   const long long n, const T alpha, const T beta)
+{
+    const int VW = VECTOR ? VecOf<T>::N : 1;
+    constexpr int RL = 8;  // row lanes (blockDim.y)
+    const int PER = 32 * VW / T_CLUSTER;  // columns a block finishes
+    __shared__ T sm[RL][32 * VecOf<T>::N + 1];
+    __shared__ T inbox[32 * VecOf<T>::N];  // [rank][column - this block's first], PER per rank
+    const int tx = threadIdx.x, ty = threadIdx.y;
+    const long long col0 = (long long)blockIdx.x * 32 * VW;
+    const long long col = col0 + (long long)tx * VW;
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    const long long R = (m + T_CLUSTER - 1) / T_CLUSTER;
+    const long long r0 = (long long)rank * R;
+    const long long r1 = r0 + R < m ? r0 + R : m;
+    T acc[VecOf<T>::N];
+    t_cols_lane_sum<T, VECTOR, U, RL>(A, x, n, col, r0 + ty, r1, acc);
+#pragma unroll
+    for (int v = 0; v < VW; ++v) sm[ty][tx * VW + v] = acc[v];
+    __syncthreads();
+    if (ty == 0) {
+        for (int v = 0; v < VW; ++v) {
+            const int j = tx * VW + v;
+            T s = (T)0;
+#pragma unroll
+            for (int k = 0; k < RL; ++k) s += sm[k][j];
+            const unsigned local = (unsigned)__cvta_generic_to_shared(inbox + rank * PER + j % PER);
+            unsigned remote;
+            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(j / PER));
+            if (sizeof(T) == 4) {
+                asm volatile("st.shared::cluster.f32 [%0], %1;" ::"r"(remote), "f"((float)s) : "memory");
+            } else {
+                asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(remote), "d"((double)s) : "memory");
+            }
+        }
+    }
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    const int t = ty * 32 + tx;
+    const long long c = col0 + (long long)rank * PER + t;
+    if (t < PER && c < n) {
+        T s = (T)0;
+#pragma unroll
+        for (int q = 0; q < T_CLUSTER; ++q) s += inbox[q * PER + t];
+        y[c] = finish(s, alpha, beta, y, c);
+    }
+}
+#endif
 
 // n <= 32 columns; blockDim.x == 256; blockIdx.x: range of rows.
 template <typename T>

@@ -16,7 +16,7 @@ import threading
 import numpy as np
 
 from .._backend import SMALL_WORK_BYTES, check_memory, device_limits, get_cupy, host_mapped
-from .._kernels import check_barrier_error, get_function
+from .._kernels import allow_large_clusters, check_barrier_error, get_function
 from .._kernels._launch import Launch, LaunchTable
 
 __all__ = [
@@ -304,16 +304,9 @@ def _cluster_kernel(d, C):
     if C > 1 and d["cc"] < (9, 0):
         return None
     kern = get_function("sparsenet", "forward_cluster", CLUSTER=C)
-    if C > 8:  # non-portable cluster size: the attribute must allow it
-        try:
-            get_cupy().cuda.driver.funcSetAttribute(kern.kernel.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
-        except Exception:  # pragma: no cover - depends on the CuPy build and driver
-            return None
+    if C > 8 and not allow_large_clusters(kern):  # non-portable cluster size
+        return None
     return kern
-
-
-#: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (CUDA driver API).
-_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
 
 
 def _cluster_launcher(d, batch, forced):
