@@ -423,6 +423,41 @@ def test_cuda_float_rows_from_tensor_cores_are_exact(params, rng):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("path", ["band", "fused", "fast"])
+def test_cuda_rows_of_subnormals_among_normal_rows(path, monkeypatch, rng):
+    """Rows whose every value is a float32 subnormal (allowed while other rows are
+    normal), and rows just above the smallest normal: the split-float16 product finds
+    their largest magnitude from the bits (min/max flush subnormals to zero under
+    -ftz) and scales them into [2**14, 2**15) like every row, by up to 2**163 in two
+    exact steps (2**140 and beyond overflow float32). Both kinds used to reach the
+    fused kernel (all-zero or infinite approximate activations); now they are decided
+    by the band check, and both give the CPU's bits. 'fast' keeps exactly k winners."""
+    import cupy
+
+    from sknn_gpu.fly import _flyhash_cuda
+
+    if path == "fused":
+        monkeypatch.setattr(_flyhash_cuda, "BAND_MAX_CONNECTIONS", 0)
+    X = rng.random((40, 784)).astype(np.float32)
+    X[:5] *= np.float32(1e-39)  # every value subnormal
+    X[5:8] *= np.float32(3e-38)  # largest magnitudes just above the smallest normal
+    params = dict(random_state=6, output="packed", **_FLYNN)
+    fh = FlyHashTransformer(device="cuda", precision="fast" if path == "fast" else "exact", **params).fit(X)
+    stats = {}
+    got = fh.transform(cupy.asarray(X)).get()
+    if path == "fast":
+        assert np.all(np.unpackbits(got, axis=1).sum(axis=1) == fh.k_)
+        return
+    words = _flyhash_cuda.words(fh, cupy.asarray(X), "exact", stats=stats, integer_input=False)
+    assert stats.get("band_rows", 0) == (40 if path == "band" else 0)
+    assert stats.get("band_redone_rows", 0) == 0  # decided there, not handed to the fused kernel
+    cpu = FlyHashTransformer(device="cpu", **params).fit(X).transform(X)
+    m = fh.n_components_
+    np.testing.assert_array_equal(cpu, got)
+    np.testing.assert_array_equal(cpu, words.get().view(np.uint8)[:, : (m + 7) // 8])
+
+
+@pytest.mark.cuda
 def test_cuda_band_rows_with_too_many_candidates_go_to_the_fused_kernel(monkeypatch, rng):
     import cupy
 

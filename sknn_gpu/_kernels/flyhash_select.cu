@@ -91,11 +91,27 @@ extern "C" __global__ void fly_integer_check(const float* __restrict__ X, const 
 }
 
 // One block (256 threads) per row, grid-stride over rows.
+// 2^t as two normal float32 factors (2^(t/2) and 2^(t - t/2)), for |t| up to 252: a row
+// scaled by 2^t in two exact steps, where 2^t itself may not be a float32 (up to 2^163
+// for a row whose largest magnitude is the smallest subnormal); (1, 1) beyond that
+// (cannot happen for finite rows).
+__device__ __forceinline__ void pow2_factors(const int t, float& f1, float& f2)
+{
+    const int t1 = t / 2, t2 = t - t1;
+    if (t1 < -126 || t2 < -126 || t1 > 127 || t2 > 127) {
+        f1 = f2 = 1.0f;
+        return;
+    }
+    f1 = __int_as_float((127 + t1) << 23);
+    f2 = __int_as_float((127 + t2) << 23);
+}
+
 extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long long n, const int D,
                                        const long long ldx, const int TOP,
                                        unsigned short* __restrict__ out, const int DP)
 {
     __shared__ float s_red[3][8];
+    __shared__ unsigned s_abs[8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (int)(blockDim.x >> 5);
     const float invD = 1.0f / (float)D;
     for (long long r = blockIdx.x; r < n; r += gridDim.x) {
@@ -105,31 +121,37 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
             for (int j = threadIdx.x; j < DP; j += blockDim.x) o[j] = j < D ? f32_to_f16_ieee(x[j]) : (unsigned short)0;
             continue;
         }
-        // the row's smallest, largest and mean value, for the three modes below
+        // the row's smallest, largest and mean value, for the three modes below, and the
+        // bits of its largest magnitude (from the bits: -ftz min/max flush subnormals)
         float mn = FH_INF_F, mx = -FH_INF_F, mean = 0.0f;
+        unsigned abits = 0u;
         for (int j = threadIdx.x; j < D; j += blockDim.x) {
             const float v = x[j];
             mn = fminf(mn, v);
             mx = fmaxf(mx, v);
             mean += v * invD;
+            abits = max(abits, __float_as_uint(v) & 0x7fffffffu);
         }
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) {
             mn = fminf(mn, __shfl_xor_sync(FULL, mn, off));
             mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, off));
             mean += __shfl_xor_sync(FULL, mean, off);
+            abits = max(abits, __shfl_xor_sync(FULL, abits, off));
         }
         if (lane == 0) {
             s_red[0][warp] = mn;
             s_red[1][warp] = mx;
             s_red[2][warp] = mean;
+            s_abs[warp] = abits;
         }
         __syncthreads();
-        mn = s_red[0][0], mx = s_red[1][0], mean = s_red[2][0];
+        mn = s_red[0][0], mx = s_red[1][0], mean = s_red[2][0], abits = s_abs[0];
         for (int w = 1; w < nw; ++w) {
             mn = fminf(mn, s_red[0][w]);
             mx = fmaxf(mx, s_red[1][w]);
             mean += s_red[2][w];
+            abits = max(abits, s_abs[w]);
         }
         __syncthreads();
         if (TOP == -2) {
@@ -137,19 +159,14 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
             // scaled by the power of two that puts the largest magnitude in [2^14, 2^15),
             // IEEE arithmetic (CuPy's -ftz would flush subnormal inputs); hi in columns
             // [0, DP), lo in [DP, 2 DP)
-            const float amax = fmaxf(fabsf(mn), fabsf(mx));
-            const int e = (int)(__float_as_uint(amax) >> 23);
-            float sc = 1.0f;
-            if (amax > 0.0f) {
-                const int t = e > 0 ? 141 - e : 140;  // (a subnormal maximum stays below 2^14)
-                const int t1 = t / 2, t2 = t - t1;
-                sc = __int_as_float((127 + t1) << 23) * __int_as_float((127 + t2) << 23);
-                if (t1 < -126 || t2 < -126 || t1 > 127 || t2 > 127) sc = 1.0f;
-            }
+            // biased exponent of the largest magnitude (of its leading bit for a subnormal)
+            const int e = abits >= 0x00800000u ? (int)(abits >> 23) : (31 - __clz(abits)) - 22;
+            float sc1 = 1.0f, sc2 = 1.0f;
+            if (abits != 0u) pow2_factors(141 - e, sc1, sc2);  // up to 2^163 (the smallest subnormal)
             for (int j = threadIdx.x; j < DP; j += blockDim.x) {
                 unsigned short hi = 0, lo = 0;
                 if (j < D) {
-                    const float v = fmul_ieee(x[j], sc);
+                    const float v = fmul_ieee(fmul_ieee(x[j], sc1), sc2);
                     hi = f32_to_f16_ieee(v);
                     lo = f32_to_f16_ieee(fsub_ieee(v, f16_to_f32_ieee(hi)));
                 }
@@ -173,17 +190,11 @@ extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long l
         // power of two; halves throughout so that no intermediate overflows
         const float c2 = 0.5f * mean;
         const float h = fmaxf(0.5f * mx - c2, c2 - 0.5f * mn);  // half the largest |x - c|
-        float sc = 1.0f;
+        float sc1 = 1.0f, sc2 = 1.0f;
         const int e = (int)(__float_as_uint(h) >> 23);  // biased exponent of h (h >= 0)
-        if (e > 0) {
-            // 2^(126 + TOP - e) puts h in [2^(TOP-1), 2^TOP); applied in two steps that stay in range
-            const int t = 126 + TOP - e;
-            const int t1 = t / 2, t2 = t - t1;
-            sc = __int_as_float((127 + t1) << 23) * __int_as_float((127 + t2) << 23);
-            if (t1 < -126 || t2 < -126 || t1 > 127 || t2 > 127) sc = 1.0f;  // cannot happen for finite rows
-        }
+        if (e > 0) pow2_factors(126 + TOP - e, sc1, sc2);  // puts h in [2^(TOP-1), 2^TOP)
         for (int j = threadIdx.x; j < DP; j += blockDim.x)
-            o[j] = j < D ? f32_to_f16_ieee((0.5f * x[j] - c2) * sc) : (unsigned short)0;
+            o[j] = j < D ? f32_to_f16_ieee(fmul_ieee(fmul_ieee(0.5f * x[j] - c2, sc1), sc2)) : (unsigned short)0;
     }
 }
 

@@ -365,7 +365,6 @@ def _band_words(fh, Xb, out, idx, stats=None):  # pragma: no cover - needs a GPU
     """
     cupy = get_cupy()
     b, d = Xb.shape
-    m, k = fh.n_components_, fh.k_
     mw = out.shape[1]
     P2 = _split_projection(fh)
     dp = P2.shape[1] // 2
@@ -376,20 +375,9 @@ def _band_words(fh, Xb, out, idx, stats=None):  # pragma: no cover - needs a GPU
         (Xb, np.int64(b), np.int32(d), ldx, np.int32(-2), H, np.int32(dp)),
     )  # fmt: skip
     flagged = cupy.zeros(b, dtype=cupy.uint32)
-    R = _gemm_chunk_rows(m, b, 4)
-    A = cupy.empty((R, m), dtype=cupy.float32)
-    sel, dyn = _select_kernel(m, 4, band=_defines(fh))
-    band = np.float32(_band_width(fh.n_connections_))
-    for c0 in range(0, b, R):
-        n = min(R, b - c0)
-        _cublas_half_gemm(P2, H[c0:], A, n)
-        sel(
-            (n,), (SEL_NT,),
-            (A, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), out[c0:], np.int64(out.strides[0] // 4),
-             flagged[c0:], Xb[c0:], ldx, idx, band),
-            shared_mem=dyn,
-        )  # fmt: skip
-    del A, H
+    band = (Xb, ldx, idx, np.float32(_band_width(fh.n_connections_)))
+    _product_select(fh, P2, H, out, None, 4, flagged, band)
+    del H
     rows = cupy.flatnonzero(flagged)
     if rows.size:
         redo = cupy.empty((int(rows.size), mw), dtype=cupy.uint32)
@@ -575,29 +563,33 @@ def _tensor_words(fh, Xb, out, fast):  # pragma: no cover - needs a GPU
     return int(rows.size)
 
 
-def _product_select(fh, P, H, out, rows, itemsize, inexact):  # pragma: no cover - needs a GPU
+def _product_select(fh, P, H, out, rows, itemsize, flags, band=None):  # pragma: no cover - needs a GPU
     """Winners of the float16 rows ``H`` (all, or those listed in ``rows``) into ``out``: a
     chunk of rows at a time, the cuBLAS product into activations of ``itemsize`` bytes
-    and ``fly_select``, which flags rows into ``inexact`` when given (16-bit keys)."""
+    and ``fly_select``, which flags rows into ``flags`` when given (16-bit keys: the
+    k-th largest beyond float16's exact integers; ``band``: too many units near it).
+
+    ``band`` is ``(X, ldx, idx, width)`` for the exact check of :func:`_band_words`
+    (the float32 rows, their stride, the projection's indices and the band's width);
+    all rows then (``rows`` None).
+    """
     cupy = get_cupy()
     m, k = fh.n_components_, fh.k_
     mw = out.shape[1]
     total = H.shape[0] if rows is None else int(rows.size)
     R = _gemm_chunk_rows(m, total, itemsize)
     A = cupy.empty((R, m), dtype=cupy.uint16 if itemsize == 2 else cupy.float32)
-    sel, dyn = _select_kernel(m, itemsize)
+    sel, dyn = _select_kernel(m, itemsize, band=None if band is None else _defines(fh))
     dst = out if rows is None else cupy.empty((R, mw), dtype=cupy.uint32)
     for c0 in range(0, total, R):
         n = min(R, total - c0)
         Hc = H[c0:] if rows is None else H[rows[c0 : c0 + n]]
         _cublas_half_gemm(P, Hc, A, n)
         o = dst[c0:] if rows is None else dst
-        flag = np.uint64(0) if inexact is None else inexact[c0:]
-        sel(
-            (n,), (SEL_NT,),
-            (A, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), o, np.int64(o.strides[0] // 4), flag),
-            shared_mem=dyn,
-        )  # fmt: skip
+        flag = np.uint64(0) if flags is None else flags[c0:]
+        extra = () if band is None else (band[0][c0:],) + band[1:]
+        args = (A, np.int64(m), np.int32(m), np.int32(mw), np.int32(k), o, np.int64(o.strides[0] // 4), flag)
+        sel((n,), (SEL_NT,), args + extra, shared_mem=dyn)
         if rows is not None:
             out[rows[c0 : c0 + n]] = dst[:n]
 
