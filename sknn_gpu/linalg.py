@@ -496,13 +496,14 @@ def _t_cols_config(m, col_blocks, n_sm):
 #: ``(U, blocks per cluster)`` on the Table I shapes and 8192² / 16384² (H200 and H100,
 #: queued kernel time; ``python benchmarks/bench_mlp.py --part tune``): clusters of C = 8,
 #: 4 or 2 blocks, the largest whose grid (column tiles x C) stays within 2 blocks per SM
-#: while each of a block's 8 row lanes keeps at least 8 rows (16 once the grid exceeds
-#: half the SMs); none below 256 rows, where one block per tile sums every row
-#: (_T_COLS_UNSPLIT_ROWS), and none where the grid would hold fewer blocks than a quarter
-#: of the SMs for more than 2 MiB (tall, narrow matrices: the workspace split spreads them
-#: wider). U is 16 for pairs of blocks and for 9 to 63 rows per lane, else 8 (on the H100
-#: and the H200 alike, 4096² and 8192² ran 15-30 % slower with U = 16).
-#: ``_T_CLUSTER_FORCE = (U, C)`` forces it (the sweep).
+#: while each of a block's 8 row lanes keeps at least 8 rows; 16 once the grid exceeds
+#: half the SMs; 64 when the column tiles alone cover half the SMs (256 x 16384 ran
+#: 5.7 µs split in pairs, 5.2 µs unsplit, on the H100). None below 256 rows, where one
+#: block per tile sums every row (_T_COLS_UNSPLIT_ROWS), and none where the grid would
+#: hold fewer blocks than a quarter of the SMs for more than 2 MiB (tall, narrow
+#: matrices: the workspace split spreads them wider). U is 16 for pairs of blocks and
+#: for 9 to 63 rows per lane, else 8 (on the H100 and the H200 alike, 4096² and 8192²
+#: ran 15-30 % slower with U = 16). ``_T_CLUSTER_FORCE = (U, C)`` forces it (the sweep).
 _T_CLUSTER_FORCE = None
 _T_CLUSTER_SMALL_BYTES = 2 << 20
 
@@ -521,7 +522,8 @@ def _t_cluster_config(m, col_blocks, n_sm, cc, nbytes):
     for cs in (8, 4, 2):
         grid = col_blocks * cs
         per_lane = -(-m // cs) // 8
-        if grid <= 2 * n_sm and per_lane >= (16 if 2 * grid > n_sm else 8):
+        need = 64 if 2 * col_blocks >= n_sm else (16 if 2 * grid > n_sm else 8)
+        if grid <= 2 * n_sm and per_lane >= need:
             if 4 * grid < n_sm and nbytes > _T_CLUSTER_SMALL_BYTES:
                 return None
             return (16 if cs == 2 or 8 < per_lane < 64 else 8), cs

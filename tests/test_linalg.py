@@ -363,6 +363,7 @@ def test_transposed_rule_can_be_forced_for_the_tuning_sweep(monkeypatch):
         (8192, 8192, (8, 4)),
         (16384, 16384, (16, 2)),  # pairs of blocks load 16 rows at once
         (256, 4096, (16, 2)),  # a grid beyond half the SMs wants >= 16 rows per lane
+        (256, 16384, None),  # tiles alone cover half the SMs: split only for >= 64 rows per lane
         (2048, 2048, (16, 8)),
         (65536, 512, None),  # 4 tiles x 8 blocks for 128 MiB: the workspace split spreads wider
         (128 * 8, 132 * 128 * 3, None),  # more tiles than 2 per SM
