@@ -449,6 +449,12 @@ def main(argv=None):
         parts = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
         params = dict(gamma=0.5, random_state=0)
         run_case("digits (gamma=0.5)", *parts, params=params, gpu=gpu, quick=args.quick)
+        # the user guide's population-coding recipe; an encoding needs features in [0, 1]
+        # (digits' pixels are 0..16)
+        recipe = dict(encoding="population", n_components=16384, connection_sparsity=0.2, k=128)
+        recipe.update(normalize=False, gamma=0.5, random_state=0)
+        scaled = [parts[0] / 16, parts[1] / 16, parts[2], parts[3]]
+        run_case("digits, encoding='population' recipe", *scaled, params=recipe, gpu=gpu, quick=args.quick)
     if "synthetic" not in only:
         return
 

@@ -23,7 +23,7 @@ from ._flynn import HASH_PARAMS, FlyNNClassifier, _label_kind
 __all__ = ["merge_flynn", "fit_federated"]
 
 #: Parameters that define the projection (and the input transform): parties must agree on them.
-_SHARED = (*HASH_PARAMS, "normalize", "random_state")
+_SHARED = (*HASH_PARAMS, "encoding", "normalize", "random_state")
 
 
 def _shared_params(params):
@@ -114,7 +114,7 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
     ----------
     models : sequence of fitted FlyNNClassifier
         The parties' models. They must share the projection: the same hashing
-        parameters, ``normalize``, the same integer ``random_state`` and the same
+        parameters, ``encoding``, ``normalize``, the same integer ``random_state`` and the same
         number of features (a clear ValueError otherwise). Their class sets may
         differ; the merged model knows the union.
     device : {'auto', 'cpu', 'cuda'} or None, default=None

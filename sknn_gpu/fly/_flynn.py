@@ -22,7 +22,7 @@ import numpy as np
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval
+from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
@@ -38,6 +38,31 @@ __all__ = ["FlyNNClassifier", "engine"]
 
 #: The FlyHash parameters a FlyNNClassifier forwards to its FlyHashTransformer.
 HASH_PARAMS = ("n_components", "expansion_factor", "n_connections", "connection_sparsity", "k")
+
+#: Inputs the hash reads per feature, by ``encoding``.
+ENCODING_WIDTH = {None: 1, "complement": 2, "population": 5}
+#: ``encoding='population'``: the centres of a feature's receptors, and their half-width
+#: (triangular tuning curves ``max(0, w - |x - c|)``; see :func:`encode`).
+RECEPTOR_CENTRES = (0.0, 0.25, 0.5, 0.75, 1.0)
+RECEPTOR_HALF_WIDTH = 0.75
+
+
+def encode(X, encoding):
+    """The inputs the hash reads for dense rows ``X`` (NumPy or CuPy, values in [0, 1]).
+
+    ``'complement'``: ``[x, 1 - x]`` (complement coding, as in fuzzy ART).
+    ``'population'``: each feature read by five receptors with triangular tuning
+    curves, ``max(0, w - |x - c|)`` for the centres ``c`` of :data:`RECEPTOR_CENTRES`
+    and ``w =`` :data:`RECEPTOR_HALF_WIDTH`, receptor by receptor (columns
+    ``[r_c0(X), r_c1(X), ...]``). Every operation is one correctly rounded subtraction
+    (or an exact ``abs``/``max``), in the input's dtype, so NumPy and CuPy give the same
+    bits and so the same hash.
+    """
+    xp = array_module(X)
+    if encoding == "complement":
+        return xp.concatenate([X, 1.0 - X], axis=1)
+    w = RECEPTOR_HALF_WIDTH
+    return xp.concatenate([xp.maximum(w - xp.abs(X - c), 0.0) for c in RECEPTOR_CENTRES], axis=1)
 
 
 def engine(device):
@@ -165,6 +190,19 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         pixels), which a GPU then hashes exactly on tensor cores (``'exact'`` does
         that too when the input happens to be integer-valued). Read at every call,
         so it can be changed after ``fit`` (parties of a federation may differ).
+    encoding : {None, 'complement', 'population'}, default=None
+        What the hash reads of each feature. FlyHash's winners ignore a row's offset
+        and scale (every cell sums the same number of inputs), which costs accuracy
+        where those carry the class (the user guide measures it). An encoding gives
+        each feature a fixed reference, so the hash sees them: ``'complement'`` reads
+        ``x`` and ``1 - x`` (2 inputs per feature), ``'population'`` five receptors
+        with triangular tuning curves centred at 0, 0.25, ..., 1 (5 inputs per
+        feature; the closest to k-NN, see the user guide for the recommended sizes).
+        Both need every feature in [0, 1] (e.g. ``MinMaxScaler(clip=True)``; other
+        values raise ``ValueError``) and make sparse input dense a batch at a time.
+        ``n_components``, ``n_connections`` and their defaults count the encoded
+        inputs. ``normalize`` then applies to the encoded rows (bounded already, so
+        ``normalize=False`` saves a pass).
     gamma : float in [0, 1), default=0.5
         Filter decay: ``w_l = gamma ** z_l``. ``gamma = 0`` gives the binary Fly
         Bloom filter (a cell is 1 until any training code of the class uses it);
@@ -253,6 +291,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     _parameter_constraints: dict = {
         **_hash_constraints(),
+        "encoding": [StrOptions({"complement", "population"}), None],
         "gamma": [Interval(Real, 0.0, 1.0, closed="left")],
         "normalize": ["boolean"],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
@@ -271,6 +310,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         connection_sparsity=0.1,
         k=32,
         precision="exact",
+        encoding=None,
         gamma=0.5,
         normalize=True,
         batch_size=8192,
@@ -285,6 +325,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.connection_sparsity = connection_sparsity
         self.k = k
         self.precision = precision
+        self.encoding = encoding
         self.gamma = gamma
         self.normalize = normalize
         self.batch_size = batch_size
@@ -378,9 +419,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             seed = int(rng.randint(np.iinfo(np.int32).max))
             rng = np.random.RandomState(seed)
         hasher = FlyHashTransformer(**self._hasher_params(), random_state=seed, device=device)
-        sizes = hasher._sizes(n_features)
-        self._check_size("fit", n_samples, n_features=n_features, sizes=sizes, caller=caller)
-        self.hasher_ = hasher._fit_projection(n_features, device, rng)
+        width = ENCODING_WIDTH[self.encoding] * int(n_features)  # the inputs the hash reads
+        sizes = hasher._sizes(width)
+        self._check_size("fit", n_samples, n_features=width, sizes=sizes, caller=caller)
+        self.hasher_ = hasher._fit_projection(width, device, rng)
         self.n_components_ = int(hasher.n_components_)
         self.k_ = int(hasher.k_)
         self.counts_ = self._xp.zeros((len(self.classes_), self.n_components_), dtype=np.int64)
@@ -432,6 +474,11 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             h, g = flyhash_bytes(device, n_features, m, s, k, n_samples=rows, output="winners")
             eh, eg = engine(device).work_bytes(rows, n_features, k, n_classes, m)
             host, gpu = host + h + eh, gpu + g + eg
+            if self.encoding is not None:  # a batch's receptors, then their concatenation (float64)
+                if device == "cuda":
+                    gpu += 2 * rows * n_features * 8
+                else:
+                    host += 2 * rows * n_features * 8
             result = {"fit": 4, "partial_fit": 4, "predict": 8, "novelty": 8 * n_classes}[stage] * n_samples
             if stage in ("fit", "partial_fit"):  # the batch counts' total, then the new counts_
                 result += 2 * n_classes * m * 8
@@ -442,11 +489,12 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     def _check_size(self, stage, n_samples, n_features=None, sizes=None, caller=None):
         """Refuse ``stage`` on ``n_samples`` rows before allocating when it cannot fit.
 
-        ``n_features`` and ``sizes`` (m, s, k) default to the fitted ones; the error
-        names ``caller`` (default: the stage) and the sizes involved.
+        ``n_features`` (the inputs the hash reads: the encoded width) and ``sizes``
+        (m, s, k) default to the fitted ones; the error names ``caller`` (default: the
+        stage) and the sizes involved.
         """
         if n_features is None:
-            n_features = self.n_features_in_
+            n_features = self.hasher_.n_features_in_
             sizes = (self.n_components_, self.hasher_.n_connections_, self.k_)
         check_footprint(
             self._footprint(stage, n_samples, n_features, sizes),
@@ -473,28 +521,47 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         caller is done with a batch; on a GPU the batch's work is waited for first
         when ``verbose`` asks for reports.
         """
-        if not self.normalize:  # raw inputs are summed in float32: refuse what it cannot hold
+        encoding = getattr(self, "encoding", None)
+        if encoding is not None:
+            self._check_unit_range(X)
+        elif not self.normalize:  # raw inputs are summed in float32: refuse what it cannot hold
             self.hasher_._check_float32_range(X, hint="rescale X or use normalize=True")
         precision = getattr(self, "precision", "exact")
-        if precision == "integer" and self.normalize:
+        if precision == "integer" and (self.normalize or encoding is not None):
             raise ValueError(
-                "precision='integer' needs normalize=False: normalize=True centres and scales the "
-                "rows, which are then no longer integer-valued."
+                "precision='integer' needs normalize=False and encoding=None: normalize=True centres "
+                "and scales the rows, and an encoding maps them to receptor responses, which are "
+                "then no longer integer-valued."
             )
         eng = engine(self.device_)
-        dense_first = self.normalize and (sp.issparse(X) or is_cupy_sparse(X))
+        dense_first = (self.normalize or encoding is not None) and (sp.issparse(X) or is_cupy_sparse(X))
         bs = int(self.batch_size)
         for start in range(0, X.shape[0], bs):  # loop over batches, not samples
             Xb = X[start : start + bs]
             Xb = to_device(Xb.toarray() if dense_first else Xb, self.device_)
+            if encoding is not None:
+                Xb = encode(Xb, encoding)
             if self.normalize:
                 Xb = eng.row_normalize(Xb)
-            # normalised rows are centred and scaled: not integer-valued, so the GPU need not look
-            integer_input = False if self.normalize else None
+            # normalised or encoded rows are not integer-valued (in general), so the GPU need not look
+            integer_input = False if self.normalize or encoding is not None else None
             yield start, self.hasher_._winners(Xb, precision=precision, integer_input=integer_input)
             if bar is not None and self.verbose:
                 synchronize(self.device_)
                 bar.update(rows=Xb.shape[0])
+
+    def _check_unit_range(self, X):
+        """Refuse input outside [0, 1] under an ``encoding`` (its receptors span [0, 1])."""
+        data = X.data if sp.issparse(X) or is_cupy_sparse(X) else X
+        if data.size == 0:
+            return
+        lo, hi = float(data.min()), float(data.max())
+        if lo < 0.0 or hi > 1.0:
+            raise ValueError(
+                f"encoding={self.encoding!r} needs every feature in [0, 1]; X has values in "
+                f"[{lo:.4g}, {hi:.4g}]. Scale it first, e.g. with "
+                "sklearn.preprocessing.MinMaxScaler(clip=True) in a Pipeline."
+            )
 
     def _count(self, X, y_idx, bar=None):
         """Counts (n_classes, m) of the winners of ``X`` per class, summed over batches.
