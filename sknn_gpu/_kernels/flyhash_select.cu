@@ -90,7 +90,6 @@ extern "C" __global__ void fly_integer_check(const float* __restrict__ X, const 
     if (__syncthreads_or(any) && threadIdx.x == 0) atomicOr(bad, 1u);
 }
 
-// One block (256 threads) per row, grid-stride over rows.
 // 2^t as two normal float32 factors (2^(t/2) and 2^(t - t/2)), for |t| up to 252: a row
 // scaled by 2^t in two exact steps, where 2^t itself may not be a float32 (up to 2^163
 // for a row whose largest magnitude is the smallest subnormal); (1, 1) beyond that
@@ -106,6 +105,7 @@ __device__ __forceinline__ void pow2_factors(const int t, float& f1, float& f2)
     f2 = __int_as_float((127 + t2) << 23);
 }
 
+// One block (256 threads) per row, grid-stride over rows.
 extern "C" __global__ void fly_to_half(const float* __restrict__ X, const long long n, const int D,
                                        const long long ldx, const int TOP,
                                        unsigned short* __restrict__ out, const int DP)

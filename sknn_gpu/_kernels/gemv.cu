@@ -320,12 +320,13 @@ __global__ void __launch_bounds__(256) gemv_t_cols(const T* __restrict__ A, cons
 // gemv_t_cluster: gemv_t_cols split over rows into the T_CLUSTER blocks of one thread-block
 // cluster (compute capability 9.0; grid (column tiles, T_CLUSTER)), whose partial sums
 // meet in distributed shared memory instead of a global workspace: no atomic ticket, no
-// fence, no second pass over global memory, one cluster barrier. Block `rank` sums rows
+// fence, no second pass over global memory. Block `rank` sums rows
 // [rank * R, (rank + 1) * R), R = ceil(m / T_CLUSTER), and stores each column's partial
 // into the inbox of the block that finishes that column (block j / PER finishes the
-// tile's column j, PER = 32 * VW / T_CLUSTER), slot [rank]; after the barrier every
-// block adds its inbox in rank order (deterministic). Nothing is read remotely, so a
-// block may exit as soon as it has passed the barrier.
+// tile's column j, PER = 32 * VW / T_CLUSTER), slot [rank]; after a cluster barrier
+// every block adds its inbox in rank order (deterministic). Nothing is read remotely,
+// so a block may exit as soon as it has passed that barrier. (A first, split barrier
+// makes sure every block has started before any store into its shared memory.)
 template <typename T, bool VECTOR, int U>
 __global__ void __cluster_dims__(1, T_CLUSTER, 1) __launch_bounds__(256)
     gemv_t_cluster(const T* __restrict__ A, const T* __restrict__ x, T* __restrict__ y, const long long m,
@@ -341,6 +342,9 @@ __global__ void __cluster_dims__(1, T_CLUSTER, 1) __launch_bounds__(256)
     const long long col = col0 + (long long)tx * VW;
     unsigned rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    // every block of the cluster must have started before another stores into its shared
+    // memory: arrive now, wait just before the stores (the row sums hide the wait)
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
     const long long R = (m + T_CLUSTER - 1) / T_CLUSTER;
     const long long r0 = (long long)rank * R;
     const long long r1 = r0 + R < m ? r0 + R : m;
@@ -349,6 +353,7 @@ __global__ void __cluster_dims__(1, T_CLUSTER, 1) __launch_bounds__(256)
 #pragma unroll
     for (int v = 0; v < VW; ++v) sm[ty][tx * VW + v] = acc[v];
     __syncthreads();
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
     if (ty == 0) {
         for (int v = 0; v < VW; ++v) {
             const int j = tx * VW + v;

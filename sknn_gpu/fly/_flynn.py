@@ -474,7 +474,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             h, g = flyhash_bytes(device, n_features, m, s, k, n_samples=rows, output="winners")
             eh, eg = engine(device).work_bytes(rows, n_features, k, n_classes, m)
             host, gpu = host + h + eh, gpu + g + eg
-            if self.encoding is not None:  # a batch's receptors, then their concatenation (float64)
+            if getattr(self, "encoding", None) is not None:  # a batch's receptors, then their concatenation
                 if device == "cuda":
                     gpu += 2 * rows * n_features * 8
                 else:
