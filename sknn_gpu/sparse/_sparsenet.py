@@ -352,6 +352,15 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         -------
         y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
         """
+        if type(X) is np.ndarray and "graph_" in self.__dict__:
+            # latency path (one-row predictions): a few plain NumPy rows through pinned memory
+            # (_host_mapped_predict), with only the checks validate_data would make
+            Xv = self._unchanged_host_X(X)
+            if Xv is not None and self._host_mapped_predict(X, Xv):
+                out = engine("cuda").forward_host(self.graph_, Xv)  # a new array: scaled in place
+                np.multiply(out, self._y_scale, out=out)
+                np.add(out, self._y_mean, out=out)
+                return self._output(out[:, 0] if self._y_1d else out, X)
         check_is_fitted(self, "graph_")
         if is_device_array(X):
             Xv = self._check_device_X(X, reset=False).astype(np.float64, copy=False)
@@ -504,7 +513,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         with the device's ``tanh`` that larger batches use, and could differ in the last bit)."""
         return (
             self.device_ == "cuda"
-            and not is_device_array(X)
+            and (type(X) is np.ndarray or not is_device_array(X))
             and getattr(self, "input_activation", "identity") == "identity"
             and engine("cuda").fits_host_mapped(self.graph_, Xv)
         )
