@@ -429,7 +429,7 @@ def test_cuda_rows_of_subnormals_among_normal_rows(path, monkeypatch, rng):
     normal), and rows just above the smallest normal: the split-float16 product finds
     their largest magnitude from the bits (min/max flush subnormals to zero under
     -ftz) and scales them into [2**14, 2**15) like every row, by up to 2**163 in two
-    exact steps (2**140 and beyond overflow float32). Both kinds used to reach the
+    exact steps (2**128 and beyond overflow float32). Both kinds used to reach the
     fused kernel (all-zero or infinite approximate activations); now they are decided
     by the band check, and both give the CPU's bits. 'fast' keeps exactly k winners."""
     import cupy
