@@ -940,3 +940,21 @@ def test_encoding_cpu_gpu_bit_identical(rng, encoding, dtype, normalize):
     assert np.array_equal(cp.asnumpy(gpu.counts_), cpu.counts_)
     assert np.array_equal(cp.asnumpy(gpu.novelty(cp.asarray(Xt))), cpu.novelty(Xt))
     assert np.array_equal(gpu.predict(Xt), cpu.predict(Xt))
+
+
+def test_encoding_on_dask_equals_in_memory(digits, dask_client):
+    """Fit and predict on Dask arrays with an encoding: every block is checked and encoded
+    on its worker, and the model and predictions equal the in-memory ones; a block
+    outside [0, 1] fails with the encoding's message."""
+    da = pytest.importorskip("dask.array")
+    X_train, X_test, y_train, _ = digits
+    X_train, X_test = X_train / 16.0, X_test / 16.0  # digits' pixels are 0..16
+    params = dict(encoding="population", k=32, normalize=False, random_state=3, device="cpu")
+    ref = FlyNNClassifier(**params).fit(X_train, y_train)
+    dX, dy = da.from_array(X_train, chunks=(400, -1)), da.from_array(y_train, chunks=400)
+    lazy = FlyNNClassifier(**params).fit(dX, dy)
+    assert np.array_equal(lazy.counts_, ref.counts_)
+    dXt = da.from_array(X_test, chunks=(100, -1))
+    assert np.array_equal(lazy.predict(dXt).compute(), ref.predict(X_test))
+    with pytest.raises(ValueError, match=r"needs every feature in \[0, 1\]"):
+        FlyNNClassifier(**params).fit(da.from_array(X_train * 16.0, chunks=(400, -1)), dy)
