@@ -283,8 +283,9 @@ def host_mapped(shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, Any]:
 
 
 @functools.cache
-def _device_reductions(device_id):
-    """CuPy reduction kernels that read an array once and write no temporary."""
+def _device_reductions():
+    """CuPy reduction kernels that read an array once and write no temporary (CuPy compiles
+    each for the device of the array it is called on)."""
     cp = get_cupy()
     return {
         "all_finite": cp.ReductionKernel(
@@ -313,7 +314,7 @@ def all_finite(x: Any) -> bool:
     xp = array_module(x)
     if xp is np or x.dtype not in (np.float32, np.float64) or x.size == 0:
         return bool(xp.isfinite(x).all())
-    return bool(_device_reductions(xp.cuda.runtime.getDevice())["all_finite"](x))
+    return bool(_device_reductions()["all_finite"](x))
 
 
 def abs_max(x: Any) -> float:
@@ -327,7 +328,7 @@ def abs_max(x: Any) -> float:
     if xp is np or x.dtype not in (np.float32, np.float64):
         return float(xp.abs(x).max())
     ut = np.uint32 if x.dtype == np.float32 else np.uint64
-    bits = _device_reductions(xp.cuda.runtime.getDevice())["abs_max_bits"](x.view(ut))
+    bits = _device_reductions()["abs_max_bits"](x.view(ut))
     return float(np.array(bits.get(), dtype=ut).view(x.dtype))
 
 
