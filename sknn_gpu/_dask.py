@@ -84,7 +84,7 @@ def dask_rows(trailing, sample_axes=1):
     def decorate(method):
         @functools.wraps(method)
         def wrapper(self, X, *args, **kwargs):
-            if not is_dask_collection(X):
+            if type(X) is np.ndarray or not is_dask_collection(X):
                 return method(self, X, *args, **kwargs)
             name = f"{type(self).__name__}.{method.__name__}"
             check_row_chunks(X, name, sample_axes)

@@ -718,6 +718,34 @@ def test_gpu_small_numpy_batches_run_from_pinned_memory(executor, monkeypatch, r
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("executor", ["auto", "fused:cluster", "fused:smem", "level"])
+def test_gpu_pinned_path_replays_a_captured_graph(executor, rng):
+    """After its first call, a small NumPy batch replays one captured CUDA graph (the
+    row's copy and the launch) where the launch needs no per-stream scratch: every
+    replay reads the new row, on whatever stream is current, and flags bad input."""
+    import cupy as cp
+
+    g = SparseGraph.random_layered(10, 3, 6, 2500, random_state=int(rng.integers(1e6)))
+    X = rng.normal(size=(40, 10))
+    # one row at a time: the lanes per node, and so the order of the sums, depend on the batch
+    ref = np.concatenate([g.forward(cp.asarray(X[i : i + 1]), executor=executor).get() for i in range(40)])
+    outs = [g.forward(X[i : i + 1], device="cuda", executor=executor) for i in range(20)]
+    with cp.cuda.Stream(non_blocking=True):
+        outs += [g.forward(X[i : i + 1], device="cuda", executor=executor) for i in range(20, 40)]
+    np.testing.assert_array_equal(np.concatenate(outs), ref)
+    d = g._dev[cp.cuda.runtime.getDevice()]
+    bufs = [b for k, b in d["mapped"].items() if k[1:] == (1, executor)]
+    assert len(bufs) == 1
+    cfg = d["cfg"][(1, executor)]
+    assert (bufs[0][4] is not None) == (not cfg["needs_v"])
+    bad = X[:1].copy()
+    bad[0, 3] = np.inf
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        g.forward(bad, device="cuda", executor=executor)
+    np.testing.assert_array_equal(g.forward(X[5:6], device="cuda", executor=executor), ref[5:6])
+
+
+@pytest.mark.cuda
 def test_gpu_pinned_buffers_are_per_thread(rng):
     """Threads predicting one row each at the same time get their own rows' outputs."""
     from concurrent.futures import ThreadPoolExecutor

@@ -15,6 +15,10 @@ directly.
   argument block after the GIL is released, so two threads must never share a record.
 * :func:`driver_launch` -- CuPy's ``cuLaunchKernel`` binding, or None when this CuPy
   build has none (callers then keep launching through ``RawKernel``).
+* :func:`capture_graph` -- a fixed sequence of copies and launches (fixed buffers, the
+  data changing only in them) captured once as a CUDA graph: one ``cudaGraphLaunch``
+  per call replaces several API calls (a one-row SparseGraph forward: the row's copy
+  and the launch, 30 -> 22 µs of wall time on an H100).
 
 The first call of a shape should go through the ``RawKernel`` itself (which also makes
 the device's context current in the calling thread); later calls use the record. The
@@ -29,7 +33,7 @@ import threading
 
 from .._backend import get_cupy
 
-__all__ = ["Launch", "LaunchTable", "driver_launch"]
+__all__ = ["Launch", "LaunchTable", "driver_launch", "capture_graph"]
 
 _UNSET = object()
 _driver = _UNSET
@@ -177,3 +181,30 @@ class LaunchTable(threading.local):
     def clear(self):
         """Forget this thread's records."""
         self.records.clear()
+
+
+def capture_graph(enqueue):
+    """Capture the work ``enqueue()`` puts on the current stream as a CUDA graph.
+
+    ``enqueue`` is called once, with a fresh non-blocking stream current, and must only
+    enqueue asynchronous work (copies, launches: no allocation, no synchronisation).
+    Every pointer and scalar is baked into the graph, so the caller keeps the buffers
+    alive with the graph and changes only their contents between replays
+    (``graph.launch(stream)`` on any stream of the device). Returns the
+    ``cupy.cuda.graph.Graph``, or None where this CuPy or driver cannot capture (the
+    caller keeps issuing the calls itself); any other error propagates.
+    """
+    cp = get_cupy()
+    errors = (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError, AttributeError)
+    try:
+        side = cp.cuda.Stream(non_blocking=True)
+        relaxed = cp.cuda.runtime.streamCaptureModeRelaxed  # other threads may allocate meanwhile
+        with side:
+            side.begin_capture(mode=relaxed)
+            try:
+                enqueue()
+            finally:
+                graph = side.end_capture()  # always leave capture mode, also on an error
+    except errors:
+        return None
+    return graph

@@ -352,15 +352,13 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         -------
         y : ndarray of shape (n_samples,) or (n_samples, n_outputs)
         """
-        if type(X) is np.ndarray and "graph_" in self.__dict__:
+        if type(X) is np.ndarray and "graph_" in self.__dict__ and self._pinned_rows(X):
             # latency path (one-row predictions): a few plain NumPy rows through pinned memory
-            # (_host_mapped_predict), with only the checks validate_data would make
-            Xv = self._unchanged_host_X(X)
-            if Xv is not None and self._host_mapped_predict(X, Xv):
-                out = engine("cuda").forward_host(self.graph_, Xv)  # a new array: scaled in place
-                np.multiply(out, self._y_scale, out=out)
-                np.add(out, self._y_mean, out=out)
-                return self._output(out[:, 0] if self._y_1d else out, X)
+            # (_host_mapped_predict); the kernels' flag is the finiteness check
+            out = engine("cuda").forward_host(self.graph_, X)  # a new array: scaled in place
+            np.multiply(out, self._y_scale, out=out)
+            np.add(out, self._y_mean, out=out)
+            return self._output(out[:, 0] if self._y_1d else out, X)
         check_is_fitted(self, "graph_")
         if is_device_array(X):
             Xv = self._check_device_X(X, reset=False).astype(np.float64, copy=False)
@@ -505,6 +503,19 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         if array_module(out) is np:
             return out * self._y_scale + self._y_mean
         return out * self._device_copy("_y_scale") + self._device_copy("_y_mean")
+
+    def _pinned_rows(self, X):
+        """Whether the NumPy array ``X`` goes to ``forward_host`` as it is: the checks
+        ``validate_data`` would make, but finiteness (2-D float64, at least one row, the
+        fitted width, no feature names), and :meth:`_host_mapped_predict`'s conditions.
+        A non-finite value then raises ValueError from the kernels' flag."""
+        return (
+            X.ndim == 2
+            and X.shape[0] >= 1
+            and X.shape[1] == self.n_features_in_
+            and not hasattr(self, "feature_names_in_")
+            and self._host_mapped_predict(X, X)
+        )
 
     def _host_mapped_predict(self, X, Xv):
         """Whether ``predict`` evaluates the validated NumPy rows ``Xv`` through pinned host
