@@ -651,6 +651,39 @@ def test_gpu_cluster_forward_every_cluster_size(max_cluster, batch, monkeypatch,
     np.testing.assert_allclose(outd.get(), ref, rtol=1e-5, atol=1e-12)
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("mixed", [False, True])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_gpu_cluster_builds_for_one_row_and_one_activation(mixed, batch, rng):
+    """The cluster kernel is compiled per graph with the batch fixed at 1 for one-row calls
+    and without the activation dispatch when every computed node has one activation: the
+    same values as the CPU either way (mixed activations keep the per-node dispatch)."""
+    import cupy as cp
+
+    from sknn_gpu.sparse._activations import ACTIVATIONS
+    from sknn_gpu.sparse._graph_cuda import device_plan
+
+    g = SparseGraph.random_layered(16, 4, 5, 6000, activation="tanh", random_state=int(rng.integers(1e6)))
+    if mixed:
+        names = ("identity", "neat_sigmoid", "sigmoid", "tanh", "relu", "sin", "gauss")
+        tame = [ACTIVATIONS[a] for a in names]
+        acts = rng.choice(tame, size=g.activations.size).astype(np.int32)
+        g = SparseGraph(
+            g.src, g.dst, g.weights, g.biases, g.responses, acts, g.input_ids, g.output_ids, slope=g.slope
+        )
+    d = device_plan(g)
+    assert (d["uniform_act"] == -1) == mixed
+    if not mixed:
+        assert d["uniform_act"] == ACTIVATIONS["tanh"]
+    X = rng.normal(size=(batch, 16))
+    ref = g.forward(X, device="cpu")
+    for _ in range(2):  # the second call goes through the cached launch record
+        got = g.forward(cp.asarray(X), device="cuda", executor="fused:cluster").get()
+        np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-12)
+    np.testing.assert_array_equal(g.forward(X, device="cuda", executor="fused:cluster"), got)
+    assert _exec_config(d, batch, "fused:cluster")["mode"] == "cluster"
+
+
 def _exec_config(d, batch, executor):
     from sknn_gpu.sparse._graph_cuda import _exec_config as cfg
 

@@ -218,7 +218,11 @@ struct NodeConsts {
     }
 
     __device__ __forceinline__ double value(double acc, double slope) const {
+#if defined(UNIFORM_ACT) && UNIFORM_ACT >= 0
+        return activate(UNIFORM_ACT, bias + resp * acc, slope);  // one activation: no dispatch
+#else
         return activate(act, bias + resp * acc, slope);
+#endif
     }
 };
 
@@ -474,6 +478,12 @@ extern "C" __global__ void __launch_bounds__(512) forward_fused_grid(FORWARD_FUS
 #ifndef CLUSTER
 #define CLUSTER 1
 #endif
+// BATCH > 0: the batch size is a compile-time constant (1 for one-row calls: no index
+// multiplications); UNIFORM_ACT >= 0: every computed node has that activation (see
+// NodeConsts::value). Both are set per graph by _graph_cuda._cluster_kernel.
+#ifndef BATCH
+#define BATCH 0
+#endif
 #define CLUSTER_KMAX 8
 #define EMPTY_BITS 0x7ff4deadbeef0001ll
 
@@ -690,7 +700,7 @@ extern "C" __global__ void __launch_bounds__(512) CLUSTER_DIMS
                     const int* __restrict__ indices, const double* __restrict__ w, const double* __restrict__ bias,
                     const double* __restrict__ resp, const int* __restrict__ act, const int* __restrict__ out_index,
                     const int* __restrict__ ell_src, const double* __restrict__ ell_w, const double* __restrict__ X,
-                    unsigned long long Vg_addr, double* __restrict__ out, int B, int n_in, int n_out, int n_comp,
+                    unsigned long long Vg_addr, double* __restrict__ out, int B_arg, int n_in, int n_out, int n_comp,
                     double slope, unsigned long long flag_addr, unsigned long long bar_err_addr) {
     extern __shared__ double dyn[];
     __shared__ double red[32];
@@ -698,6 +708,7 @@ extern "C" __global__ void __launch_bounds__(512) CLUSTER_DIMS
     double* sV = dyn + 4 * n_levels;  // sizeof(LevelInfo) == 4 doubles
     double* Vg = (double*)Vg_addr;
     int* bar_err = (int*)bar_err_addr;
+    const int B = BATCH > 0 ? BATCH : B_arg;  // (the host passes the same value)
     const unsigned rank = cluster_rank();
     const int tid = (int)(rank * blockDim.x + threadIdx.x);
     ClusterPrefetch cur;  // level 0's entries: in flight while the table, inputs and EMPTY fill are written
