@@ -81,7 +81,7 @@ def device_plan(graph):
         d["bar_err_np"], err = host_mapped((1,), np.int32)
         d["flag_np"][0] = d["bar_err_np"][0] = 0
         d["flag_addr"], d["bar_err_addr"] = np.uint64(flag.data.ptr), np.uint64(err.data.ptr)
-        d["mapped"] = {}  # (thread, batch) -> the staging buffers of forward_host
+        d["mapped"] = {}  # (thread, batch, executor) -> forward_host's staging buffers and graph
         d["cfg"] = {}
         graph._dev[key] = d
     return d
@@ -666,17 +666,20 @@ def fits_host_mapped(graph, X):
 
 
 def forward_host(graph, X, executor="auto"):
-    """Evaluate a small float64 NumPy batch (see :func:`fits_host_mapped`) with one copy
-    call and no allocation: a latency path for one-row predictions.
+    """Evaluate a small float64 NumPy batch (see :func:`fits_host_mapped`) with no
+    allocation and, from the second call on, one API call: a latency path for one-row
+    predictions.
 
     ``X`` is written into a pinned host buffer and copied asynchronously into a device
     buffer (the kernels read it there: read in place over the bus, a wide row read by
     every block of a cluster took far longer); the kernels write the outputs straight
     into pinned host memory (:func:`~sknn_gpu._backend.host_mapped`), which the host
-    reads once the stream is synchronized. The buffers are kept with the device plan
-    per (thread, batch size), so concurrent callers do not share them. A non-finite
-    input raises ValueError (the kernels' flag). Returns a new NumPy array of shape
-    (n_samples, n_outputs).
+    reads once the stream is synchronized. After the first call the copy and the launch
+    are replayed as one captured CUDA graph (``capture_graph``; not for executors with a
+    per-stream scratch buffer). The buffers and the graph are kept with the device plan
+    per (thread, batch size, executor), so concurrent callers do not share them. A
+    non-finite input raises ValueError (the kernels' flag). Returns a new NumPy array of
+    shape (n_samples, n_outputs).
     """
     B = X.shape[0]
     d, cfg = _plan_config(graph, B, executor)
