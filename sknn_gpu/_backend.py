@@ -40,6 +40,7 @@ __all__ = [
     "to_host",
     "host_mapped",
     "all_finite",
+    "all_in_unit_interval",
     "abs_max",
     "same_type_as_input",
     "OUTPUT_TYPES",
@@ -302,6 +303,17 @@ def _device_reductions():
             "0",
             "sknn_abs_max_bits",
         ),
+        # every value in [0, 1], read from the bits (x << 1 == 0: a zero of either sign;
+        # else a non-negative float no larger than one): exact for subnormals, NaN fails
+        "in_unit_bits": cp.ReductionKernel(
+            "T x, T one",
+            "bool y",
+            "(T)(x << 1) == 0 || x <= one",
+            "a && b",
+            "y = a",
+            "true",
+            "sknn_in_unit_bits",
+        ),
     }
 
 
@@ -315,6 +327,23 @@ def all_finite(x: Any) -> bool:
     if xp is np or x.dtype not in (np.float32, np.float64) or x.size == 0:
         return bool(xp.isfinite(x).all())
     return bool(_device_reductions()["all_finite"](x))
+
+
+def all_in_unit_interval(x: Any) -> bool:
+    """Whether every value of the real array ``x`` (NumPy or CuPy) lies in [0, 1].
+
+    NaN does not; -0.0 and subnormals are compared exactly as NumPy compares them. On
+    the GPU a float32/float64 array is checked on its bits by one fused reduction (one
+    pass, no temporary; CuPy's float comparisons would flush subnormals to zero).
+    """
+    xp = array_module(x)
+    if x.size == 0:
+        return True
+    if xp is np or x.dtype not in (np.float32, np.float64):
+        return bool(x.min() >= 0 and x.max() <= 1)
+    ut = np.uint32 if x.dtype == np.float32 else np.uint64
+    one = np.array(1, dtype=x.dtype).view(ut)
+    return bool(_device_reductions()["in_unit_bits"](x.view(ut), one))
 
 
 def abs_max(x: Any) -> float:

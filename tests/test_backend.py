@@ -460,3 +460,30 @@ def test_all_finite_and_abs_max_on_both_devices(xp_name, dtype):
         tiny = np.array([1e-40, -3e-41, 0.0], dtype=np.float32)  # subnormals
         assert abs_max(xp.asarray(tiny)) == np.float32(1e-40)
     assert all_finite(xp.asarray(base[:0]))
+
+
+@pytest.mark.parametrize("xp_name", ["numpy", pytest.param("cupy", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32])
+def test_all_in_unit_interval_on_both_devices(xp_name, dtype):
+    """[0, 1] checked in one pass: the bounds and -0.0 in, NaN, inf and anything past a
+    bound out, float32/float64 subnormals compared exactly (not flushed to zero)."""
+    from sknn_gpu._backend import all_in_unit_interval
+
+    xp = np if xp_name == "numpy" else pytest.importorskip("cupy")
+    if dtype == np.int32:
+        assert all_in_unit_interval(xp.asarray(np.array([0, 1, 1, 0], dtype=dtype)))
+        assert not all_in_unit_interval(xp.asarray(np.array([0, 2], dtype=dtype)))
+        assert not all_in_unit_interval(xp.asarray(np.array([-1, 0], dtype=dtype)))
+        return
+    base = np.array([[0.0, 0.25, 1.0], [0.5, -0.0, 0.999]], dtype=dtype)
+    assert all_in_unit_interval(xp.asarray(base))
+    assert all_in_unit_interval(xp.asarray(base[:0]))
+    finfo = np.finfo(dtype)
+    for bad in (np.nan, np.inf, -np.inf, 1.0 + finfo.eps, -finfo.tiny, 2.0, -0.5):
+        X = base.copy()
+        X[1, 2] = bad
+        assert not all_in_unit_interval(xp.asarray(X)), bad
+    if dtype in (np.float32, np.float64):
+        sub = finfo.smallest_subnormal
+        assert all_in_unit_interval(xp.asarray(np.array([sub, 0.5], dtype=dtype)))
+        assert not all_in_unit_interval(xp.asarray(np.array([-sub, 0.5], dtype=dtype)))

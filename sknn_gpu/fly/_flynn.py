@@ -26,7 +26,15 @@ from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
-from .._backend import array_module, is_cupy_sparse, is_device_array, synchronize, to_device, to_host
+from .._backend import (
+    all_in_unit_interval,
+    array_module,
+    is_cupy_sparse,
+    is_device_array,
+    synchronize,
+    to_device,
+    to_host,
+)
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
@@ -557,10 +565,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     def _check_unit_range(self, X):
         """Refuse input outside [0, 1] under an ``encoding`` (its receptors span [0, 1])."""
         data = X.data if sp.issparse(X) or is_cupy_sparse(X) else X
-        if data.size == 0:
-            return
-        lo, hi = float(data.min()), float(data.max())
-        if lo < 0.0 or hi > 1.0:
+        if not all_in_unit_interval(data):  # one pass (on the GPU: one fused reduction)
+            lo, hi = float(data.min()), float(data.max())
             raise ValueError(
                 f"encoding={self.encoding!r} needs every feature in [0, 1]; X has values in "
                 f"[{lo:.4g}, {hi:.4g}]. Scale it first, e.g. with "
