@@ -376,6 +376,49 @@ def test_transposed_cluster_rule(m, n, want):
     assert _t_cluster_config(m, -(-n // 128), 132, (8, 0), m * n * 4) is None  # clusters need 9.0
 
 
+@pytest.mark.parametrize(
+    ("m", "n", "itemsize", "want"),
+    [
+        (512, 512, 4, True),  # 4 vector tiles x 8 blocks = 32 < 132 / 4
+        (1024, 512, 4, True),
+        (512, 512, 8, False),  # float64: 8 tiles of 64 columns, 64 blocks
+        (256, 512, 4, False),  # too few rows for 8 blocks of 8 row lanes
+        (512, 1024, 4, False),  # 64 blocks
+        (2048, 512, 4, False),  # 4 MiB
+    ],
+)
+def test_transposed_narrow_tile_rule(m, n, itemsize, want):
+    from sknn_gpu.linalg import _t_narrow_tiles
+
+    vw = 16 // itemsize
+    assert _t_narrow_tiles(m, -(-n // (32 * vw)), 132, (9, 0), m * n * itemsize) is want
+    assert not _t_narrow_tiles(m, -(-n // (32 * vw)), 132, (8, 0), m * n * itemsize)
+
+
+@pytest.mark.cuda
+def test_transposed_narrow_tiles_match_cpu(rng):
+    """512² float32 A.T @ x in 32-column tiles over clusters of 8 blocks (the rule's case),
+    with alpha and beta, against the CPU."""
+    import cupy
+
+    from sknn_gpu import linalg
+    from sknn_gpu._backend import device_limits
+
+    lim = device_limits()
+    if lim.compute_capability < (9, 0) or lim.sm_count < 132:
+        pytest.skip("the narrow-tile rule applies on compute capability 9.0 with >= 132 SMs")
+    plan = linalg._gemv_plan(lim, 512, 512, True, np.dtype(np.float32), True)
+    assert plan[1] == (16, 8) and plan[2] == (32, 8) and plan[3] is None
+    A = rng.standard_normal((512, 512)).astype(np.float32)
+    x = rng.standard_normal(512).astype(np.float32)
+    y0 = rng.standard_normal(512).astype(np.float32)
+    want = gemv(A, x, y0.copy(), alpha=0.75, beta=-1.5, trans=True)
+    scale = 0.75 * np.abs(A.T.astype(np.float64)) @ np.abs(x) + 1.5 * np.abs(y0)
+    for _ in range(2):  # the second call takes the cached launch record
+        got = gemv(cupy.asarray(A), cupy.asarray(x), cupy.asarray(y0), alpha=0.75, beta=-1.5, trans=True)
+        assert np.all(np.abs(got.get() - want) <= 1e-5 * (1 + scale))
+
+
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("shape", [(512, 512), (301, 2053), (5, 132), (1000, 96)])
