@@ -342,7 +342,7 @@ def all_in_unit_interval(x: Any) -> bool:
     if xp is np or x.dtype not in (np.float32, np.float64):
         return bool(x.min() >= 0 and x.max() <= 1)
     ut = np.uint32 if x.dtype == np.float32 else np.uint64
-    one = np.array(1, dtype=x.dtype).view(ut)
+    one = np.array(1, dtype=x.dtype).view(ut)[()]  # the bits of 1.0, as a NumPy scalar
     return bool(_device_reductions()["in_unit_bits"](x.view(ut), one))
 
 
