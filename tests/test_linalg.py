@@ -494,6 +494,78 @@ def test_launch_record_argument_block(monkeypatch, f32):
         _launch.Launch(_FakeKernel, (1,), (1,), ["x"], f32)
 
 
+def _fake_cupy(events, *, has_capture=True, end_error=False):
+    """Just what ``capture_graph`` touches of CuPy: a stream with begin/end capture, the
+    capture mode constant and the two CUDA error types. ``events`` logs the calls."""
+    import types
+
+    class RuntimeErr(Exception):
+        pass
+
+    class DriverErr(Exception):
+        pass
+
+    class Stream:
+        def __init__(self, non_blocking=False):
+            events.append(("stream", non_blocking))
+
+        def __enter__(self):
+            events.append("enter")
+            return self
+
+        def __exit__(self, *exc):
+            events.append("exit")
+
+        def end_capture(self):
+            events.append("end")
+            if end_error:
+                raise RuntimeErr("capture invalidated")
+            return "graph"
+
+    if has_capture:
+        Stream.begin_capture = lambda self, mode: events.append(("begin", mode))
+    runtime = types.SimpleNamespace(streamCaptureModeRelaxed=2, CUDARuntimeError=RuntimeErr)
+    driver = types.SimpleNamespace(CUDADriverError=DriverErr)
+    cuda = types.SimpleNamespace(Stream=Stream, runtime=runtime, driver=driver)
+    return types.SimpleNamespace(cuda=cuda)
+
+
+def test_capture_graph_falls_back_only_when_capture_is_unavailable(monkeypatch):
+    """capture_graph: the work is enqueued once on a fresh non-blocking stream in relaxed
+    mode; capture mode is always left; a CuPy without capture or a driver refusal gives
+    None (the caller keeps its calls); any other error in the work propagates."""
+    from sknn_gpu._kernels import _launch
+
+    events = []
+    fake = _fake_cupy(events)
+    monkeypatch.setattr(_launch, "get_cupy", lambda: fake)
+    assert _launch.capture_graph(lambda: events.append("work")) == "graph"
+    assert events == [("stream", True), "enter", ("begin", 2), "work", "end", "exit"]
+
+    events.clear()
+    fake = _fake_cupy(events, has_capture=False)
+    monkeypatch.setattr(_launch, "get_cupy", lambda: fake)
+    assert _launch.capture_graph(lambda: events.append("work")) is None
+    assert "work" not in events
+
+    events.clear()
+    fake = _fake_cupy(events, end_error=True)
+    monkeypatch.setattr(_launch, "get_cupy", lambda: fake)
+    assert _launch.capture_graph(lambda: events.append("work")) is None
+    assert events[-2:] == ["end", "exit"]
+
+    events.clear()
+    fake = _fake_cupy(events)
+    monkeypatch.setattr(_launch, "get_cupy", lambda: fake)
+
+    def broken():
+        raise KeyError("a bug in the work")
+
+    with pytest.raises(KeyError, match="a bug in the work"):
+        _launch.capture_graph(broken)
+    assert events[-2:] == ["end", "exit"]  # capture mode was left first
+
+
 def test_launch_table_is_per_thread_and_bounded(monkeypatch):
     import threading
 
