@@ -593,10 +593,11 @@ def _gemv_plan(lim, m, n, trans, dtype, vector):
         return k, (nsplit,), (256,), ws, (m, n), (rows_per_split,)
     cols_per_block = 32 * (vw if vector else 1)
     col_blocks = -(-n // cols_per_block)
-    if vector and _t_narrow_tiles(m, col_blocks, n_sm, lim.compute_capability, m * n * dtype.itemsize):
-        k = get_function("gemv", f"gemv_t_cluster<{ct},false,8>", T_CLUSTER=8)  # (U unused by scalar tiles)
-        return k, (-(-n // 32), 8), (32, 8), None, (m, n), ()
-    cluster = _t_cluster_config(m, col_blocks, n_sm, lim.compute_capability, m * n * dtype.itemsize)
+    nbytes = m * n * dtype.itemsize
+    if vector and _t_narrow_tiles(m, col_blocks, n_sm, lim.compute_capability, nbytes):
+        vs, col_blocks, cluster = "false", -(-n // 32), (8, 8)  # scalar 32-column tiles (U unused)
+    else:
+        cluster = _t_cluster_config(m, col_blocks, n_sm, lim.compute_capability, nbytes)
     if cluster is not None:  # the row splits of a tile form one cluster: no workspace
         U, cs = cluster
         k = get_function("gemv", f"gemv_t_cluster<{ct},{vs},{U}>", T_CLUSTER=cs)

@@ -506,16 +506,10 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
 
     def _pinned_rows(self, X):
         """Whether the NumPy array ``X`` goes to ``forward_host`` as it is: the checks
-        ``validate_data`` would make, but finiteness (2-D float64, at least one row, the
-        fitted width, no feature names), and :meth:`_host_mapped_predict`'s conditions.
-        A non-finite value then raises ValueError from the kernels' flag."""
-        return (
-            X.ndim == 2
-            and X.shape[0] >= 1
-            and X.shape[1] == self.n_features_in_
-            and not hasattr(self, "feature_names_in_")
-            and self._host_mapped_predict(X, X)
-        )
+        ``validate_data`` would make, but finiteness (:meth:`_host_mapped_predict`'s
+        conditions include 2-D float64 of the fitted width; at least one row, no feature
+        names). A non-finite value then raises ValueError from the kernels' flag."""
+        return self._host_mapped_predict(X, X) and X.shape[0] >= 1 and not hasattr(self, "feature_names_in_")
 
     def _host_mapped_predict(self, X, Xv):
         """Whether ``predict`` evaluates the validated NumPy rows ``Xv`` through pinned host
