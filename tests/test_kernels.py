@@ -193,3 +193,30 @@ def test_header_digest_tracks_shared_headers():
     digest = _kernels.headers_digest()
     assert len(digest) == 40 and int(digest, 16) >= 0
     assert any(_kernels.kernel_dir().glob("*.cuh"))  # there is something for it to track
+
+
+def test_resident_kernels_are_stopped_before_a_grid_barrier_launch():
+    """The registry behind SparseGraph.resident: stop_resident_kernels() stops every
+    registered kernel (a grid-barrier launch needs every SM), nothing once unregistered,
+    and a failing stop (at exit: the context may be gone) does not stop the others."""
+
+    class Fake:
+        def __init__(self, fail=False):
+            self.stops, self.fail = 0, fail
+
+        def stop(self):
+            self.stops += 1
+            if self.fail:
+                raise RuntimeError("context gone")
+
+    a, b = Fake(), Fake(fail=True)
+    _kernels.register_resident(a)
+    _kernels.register_resident(b)
+    try:
+        _kernels.stop_resident_kernels()
+        assert (a.stops, b.stops) == (1, 1)
+    finally:
+        _kernels.unregister_resident(a)
+        _kernels.unregister_resident(b)
+    _kernels.stop_resident_kernels()
+    assert (a.stops, b.stops) == (1, 1)

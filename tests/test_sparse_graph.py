@@ -905,3 +905,131 @@ def test_gpu_forward_with_cupy_input_resolves_nothing_and_stays_on_the_gpu(monke
     assert calls == []
     out = g.forward(cp.asarray(X), device="cuda")
     assert calls == ["cuda"] and isinstance(out, cp.ndarray)
+
+
+# ------------------------------------------------------------------ resident kernel
+@pytest.mark.parametrize("bad", [0, 0.0, -1.0, np.nan, np.inf, 4000.0, True, "0.01", None])
+def test_resident_rejects_a_bad_idle_timeout(bad):
+    g = SparseGraph.random_layered(6, 2, 3, 60, random_state=0)
+    with pytest.raises(ValueError, match="idle_timeout must be a number of seconds"):
+        g.resident(idle_timeout=bad, device="cpu")
+
+
+def test_resident_block_changes_nothing_on_the_cpu(rng):
+    g = SparseGraph.random_layered(6, 2, 3, 60, random_state=0)
+    X = rng.normal(size=(4, 6))
+    ref = g.forward(X, device="cpu")
+    with g.resident(idle_timeout=0.5, device="cpu") as res:
+        assert res is None
+        np.testing.assert_array_equal(g.forward(X, device="cpu"), ref)
+        np.testing.assert_array_equal(g.forward(X[0], device="cpu"), ref[0])
+
+
+def _resident_plan(g):
+    from sknn_gpu.sparse._graph_cuda import device_plan
+
+    return device_plan(g)
+
+
+def _resident(g):
+    return _resident_plan(g)["resident"]
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize(
+    "shape",
+    [(10, 3, 6, 2500), (784, 10, 5, 70_000)],
+    ids=["small", "mlp-sized"],
+)
+def test_gpu_resident_kernel_answers_like_the_launched_path(shape, rng):
+    """Inside g.resident() a NumPy row is answered by the resident kernel with the same
+    bits as the launched cluster kernel; another batch size relaunches it for that size;
+    closing the block stops it."""
+    g = SparseGraph.random_layered(*shape[:3], shape[3], random_state=int(rng.integers(1e6)))
+    X = rng.normal(size=(30, g.n_inputs))
+    ref = np.concatenate([g.forward(X[i : i + 1], device="cuda") for i in range(30)])
+    ref3 = g.forward(X[:3], device="cuda")
+    np.testing.assert_allclose(ref, g.forward(X, device="cpu"), rtol=1e-5, atol=1e-12)
+    mode3 = _exec_config(_resident_plan(g), 3, "auto").get("mode")
+    with g.resident(idle_timeout=60.0) as res:  # (no idle exit: the launches are counted)
+        assert res is _resident(g)
+        got = np.concatenate([g.forward(X[i : i + 1], device="cuda") for i in range(30)])
+        np.testing.assert_array_equal(got, ref)
+        assert res.launches == 1 and res.running
+        np.testing.assert_array_equal(g.forward(X[0], device="cuda"), ref[0])  # 1-D in, 1-D out
+        # three rows: relaunched for them where the cluster kernel runs three rows, else the usual
+        # path, which stops the resident kernel first when it has a grid barrier (every SM needed)
+        np.testing.assert_array_equal(g.forward(X[:3], device="cuda"), ref3)
+        np.testing.assert_array_equal(g.forward(X[4:5], device="cuda"), ref[4:5])
+        assert res.launches == {"cluster": 3, "grid": 2}.get(mode3, 1)
+    assert not res.running and res.stream.done
+    np.testing.assert_array_equal(g.forward(X[7:8], device="cuda"), ref[7:8])  # the launched path again
+
+
+@pytest.mark.cuda
+def test_gpu_resident_kernel_flags_bad_rows_and_keeps_answering(rng):
+    g = SparseGraph.random_layered(12, 3, 6, 4000, random_state=int(rng.integers(1e6)))
+    X = rng.normal(size=(4, 12))
+    ref = np.concatenate([g.forward(X[i : i + 1], device="cuda") for i in range(4)])
+    with g.resident(idle_timeout=60.0) as res:
+        for bad in (np.nan, np.inf, -np.inf):
+            Xb = X[:1].copy()
+            Xb[0, 5] = bad
+            with pytest.raises(ValueError, match="NaN or infinite"):
+                g.forward(Xb, device="cuda")
+            np.testing.assert_array_equal(g.forward(X[2:3], device="cuda"), ref[2:3])
+        assert res.launches == 1
+
+
+@pytest.mark.cuda
+def test_gpu_resident_kernel_leaves_when_idle_and_comes_back(rng):
+    """After idle_timeout without a call the kernel leaves by itself (so a device-wide
+    synchronization inside the block returns); the next call relaunches it."""
+    import cupy as cp
+
+    from sknn_gpu.sparse._graph_cuda import _EXITED
+
+    g = SparseGraph.random_layered(12, 3, 6, 4000, random_state=int(rng.integers(1e6)))
+    X = rng.normal(size=(5, 12))
+    ref = np.concatenate([g.forward(X[i : i + 1], device="cuda") for i in range(5)])
+    with g.resident(idle_timeout=0.002) as res:
+        np.testing.assert_array_equal(g.forward(X[:1], device="cuda"), ref[:1])
+        t0 = time.perf_counter()
+        cp.cuda.Device().synchronize()  # waits for the idle kernel to leave
+        assert time.perf_counter() - t0 < 5.0
+        assert res.ctrl[_EXITED] == 1 and res.stream.done
+        for i in range(1, 5):
+            np.testing.assert_array_equal(g.forward(X[i : i + 1], device="cuda"), ref[i : i + 1])
+        assert res.launches == 2
+
+
+@pytest.mark.cuda
+def test_gpu_resident_kernel_serves_threads_and_nested_blocks(rng):
+    from concurrent.futures import ThreadPoolExecutor
+
+    g = SparseGraph.random_layered(12, 3, 6, 4000, random_state=int(rng.integers(1e6)))
+    X = rng.normal(size=(16, 12))
+    ref = np.concatenate([g.forward(X[i : i + 1], device="cuda") for i in range(16)])
+
+    def rows(i):
+        return [g.forward(X[i : i + 1], device="cuda") for _ in range(25)]
+
+    with g.resident(idle_timeout=60.0) as res:
+        np.testing.assert_array_equal(g.forward(X[:1], device="cuda"), ref[:1])
+        with g.resident() as inner:
+            assert inner is res and res.users == 2
+        assert res.users == 1 and res.running  # the outer block still holds it
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(rows, range(16)))
+    assert res.users == 0 and not res.running
+    for i, outs in enumerate(results):
+        for out in outs:
+            np.testing.assert_array_equal(out, ref[i : i + 1])
+
+
+@pytest.mark.cuda
+def test_gpu_resident_refuses_a_graph_too_large_for_one_cluster():
+    g = SparseGraph.random_layered(30_000, 2, 3, 60_000, random_state=0)  # 240 KB of node values
+    with pytest.raises(ValueError, match="cannot run as a resident kernel"):
+        with g.resident():
+            pass

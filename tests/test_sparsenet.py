@@ -389,6 +389,38 @@ def test_gpu_predict_of_a_few_numpy_rows_uses_pinned_memory(input_activation, mo
         reg.predict(np.where(Xt[:2] > 0.5, np.nan, Xt[:2]))
 
 
+def test_resident_block_is_a_no_op_on_the_cpu_and_needs_a_fitted_model(rng):
+    from sklearn.exceptions import NotFittedError
+
+    X, y, Xt, _ = friedman(rng, n=200)
+    with pytest.raises(NotFittedError):
+        SparseNetRegressor(device="cpu").resident()
+    reg = SparseNetRegressor(device="cpu", n_hidden=16, density=0.4, max_iter=3, random_state=0).fit(X, y)
+    ref = reg.predict(Xt[:5])
+    with reg.resident(idle_timeout=1.0) as res:
+        assert res is None
+        np.testing.assert_array_equal(np.concatenate([reg.predict(Xt[i : i + 1]) for i in range(5)]), ref)
+    with pytest.raises(ValueError, match="idle_timeout"):
+        reg.resident(idle_timeout=-1)
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("input_activation", ["identity", "sigmoid"])
+def test_gpu_predict_inside_a_resident_block_gives_the_same_predictions(input_activation, rng):
+    """One-row predictions inside reg.resident() are answered by the resident kernel (the
+    identity input activation's pinned path) with the same bits as outside it."""
+    X, y, Xt, _ = friedman(rng, n=200)
+    kw = dict(n_hidden=16, density=0.4, max_iter=3, random_state=0, input_activation=input_activation)
+    reg = SparseNetRegressor(device="cuda", **kw).fit(X, y)
+    ref = np.concatenate([reg.predict(Xt[i : i + 1]) for i in range(20)])
+    with reg.resident(idle_timeout=60.0) as res:
+        got = np.concatenate([reg.predict(Xt[i : i + 1]) for i in range(20)])
+        assert res.launches == (1 if input_activation == "identity" else 0)
+        with pytest.raises(ValueError, match="NaN"):
+            reg.predict(np.where(Xt[:1] > 0.5, np.nan, Xt[:1]))
+    np.testing.assert_array_equal(got, ref)
+
+
 @pytest.mark.cuda
 def test_cupy_input_stays_on_the_gpu(monkeypatch, rng):
     import cupy as cp

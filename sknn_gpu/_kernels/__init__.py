@@ -20,6 +20,8 @@ records for calls where Python launch overhead matters.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import hashlib
 import threading
@@ -38,6 +40,9 @@ __all__ = [
     "get_function",
     "clear_cache",
     "check_barrier_error",
+    "register_resident",
+    "unregister_resident",
+    "stop_resident_kernels",
     "allow_large_clusters",
 ]
 
@@ -186,6 +191,42 @@ def check_barrier_error(err_buf, what):
             f"{what}: grid barrier timed out: the persistent kernel's blocks were not all "
             "resident; is another workload using the GPU?"
         )
+
+
+# ---------------------------------------------------------------- resident kernels
+# Kernels that stay on the GPU between calls (SparseGraph.resident: _graph_cuda.ResidentForward)
+# hold some SMs. A kernel with a software grid barrier sizes its grid to the SMs of the whole
+# device, and its blocks must all be resident at once: its launcher calls
+# stop_resident_kernels() first (the resident kernel is relaunched by its next call).
+_resident: set = set()
+_resident_lock = threading.Lock()
+_resident_atexit = False
+
+
+def register_resident(kernel):
+    """Record a running resident kernel (an object with ``stop()``) until it is unregistered."""
+    global _resident_atexit
+    with _resident_lock:
+        _resident.add(kernel)
+        if not _resident_atexit:
+            atexit.register(stop_resident_kernels)
+            _resident_atexit = True
+
+
+def unregister_resident(kernel):
+    with _resident_lock:
+        _resident.discard(kernel)
+
+
+def stop_resident_kernels():
+    """Ask every running resident kernel of this process to leave, and wait for each: before
+    a launch whose grid barrier needs every SM, and at exit. Cheap when there is none."""
+    if _resident:
+        with _resident_lock:
+            running = list(_resident)
+        for kernel in running:
+            with contextlib.suppress(Exception):  # (at exit: a CUDA context already gone)
+                kernel.stop()
 
 
 #: CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED (CUDA driver API).

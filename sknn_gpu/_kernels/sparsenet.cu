@@ -484,6 +484,11 @@ extern "C" __global__ void __launch_bounds__(512) forward_fused_grid(FORWARD_FUS
 #ifndef BATCH
 #define BATCH 0
 #endif
+// RESIDENT = 1: the kernel stays resident and answers requests posted in pinned host memory
+// (see forward_cluster's resident loop and _graph_cuda.ResidentForward)
+#ifndef RESIDENT
+#define RESIDENT 0
+#endif
 #define CLUSTER_KMAX 8
 #define EMPTY_BITS 0x7ff4deadbeef0001ll
 
@@ -535,13 +540,20 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
-// *p = v in the shared memory of block `rank` of the cluster (p: this block's address of the slot)
-__device__ __forceinline__ void store_remote(double* p, unsigned rank, double v) {
 #if CLUSTER > 1
+// the shared::cluster address of block `rank`'s copy of this block's shared variable *p
+__device__ __forceinline__ unsigned cluster_address(const void* p, unsigned rank) {
     const unsigned a = (unsigned)__cvta_generic_to_shared(p);
     unsigned r;
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(r), "d"(v) : "memory");
+    return r;
+}
+#endif
+
+// *p = v in the shared memory of block `rank` of the cluster (p: this block's address of the slot)
+__device__ __forceinline__ void store_remote(double* p, unsigned rank, double v) {
+#if CLUSTER > 1
+    asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(cluster_address(p, rank)), "d"(v) : "memory");
 #endif
 }
 
@@ -668,7 +680,10 @@ __device__ __forceinline__ void cluster_level(const ClusterPrefetch& p, const Le
             }
             sV[slot] = val;
             if (Vg != nullptr) Vg[slot] = val;
-            if (nc.oi >= 0) out[b * n_out + nc.oi] = val;  // outputs written where computed
+            if (nc.oi >= 0) {
+                out[b * n_out + nc.oi] = val;  // outputs written where computed
+                if (RESIDENT) __threadfence_system();  // pinned host memory: before the done word
+            }
         }
     }
 }
@@ -686,13 +701,152 @@ __device__ __forceinline__ bool cluster_step(const ClusterPrefetch& use, Cluster
     const bool more = l + 1 < n_levels;
     if (more) cluster_prefetch(fill, T[l + 1], tid, B, ell_src, ell_w, bias, resp, act, out_index);
     cluster_level(use, T[l], tid, rank, B, n_in, n_out, indptr, indices, w, bias, resp, act, out_index, ell_src,
-                  ell_w, sV, Vg, out, slope, red, bar_err, l == 0, more);
-    if (l == 0 && n_levels == 1) cluster_arrive();  // (the level stored nothing remote that is read)
-    if (l + 2 == n_levels) cluster_arrive();  // this thread's last remote store that anyone reads is done
+                  ell_w, sV, Vg, out, slope, red, bar_err, !RESIDENT && l == 0, more);
+    if (!RESIDENT) {  // (the resident loop has its own barriers)
+        if (l == 0 && n_levels == 1) cluster_arrive();  // (the level stored nothing remote that is read)
+        if (l + 2 == n_levels) cluster_arrive();  // this thread's last remote store that anyone reads is done
+    }
 #if CLUSTER == 1
     if (more) __syncthreads();  // one block: a plain barrier per level measured faster than waiting per value
 #endif
     return more;
+}
+
+// ------------------------------------------------------------------ resident forward
+// RESIDENT = 1 builds forward_cluster as a kernel that stays on the GPU and answers one
+// request after another (_graph_cuda.ResidentForward launches it and posts the requests):
+// the per-call launch, the EMPTY fill and the level-0 prefetch leave the critical path.
+// Control words, int64 in pinned host memory (ctrl): REQ (written by the host: a request's
+// sequence number, or RESIDENT_STOP), DONE (by the kernel: the last request answered) and
+// EXITED (by the kernel: 1 when it has left). The request's rows are in pinned host memory
+// (X), the outputs go there too (out).
+//   * Rank 0's thread 0 polls REQ (acquire, system scope; resident_poll) and hands the
+//     command to every block through distributed shared memory (s_cmd); after idle_ns
+//     without a request it hands out RESIDENT_IDLE instead and every block leaves (the
+//     host relaunches on the next request). One decision-maker: the blocks never disagree.
+//   * Between requests every block refills the computed slots of its replica with EMPTY
+//     and arrives at the cluster barrier, so the barrier's wait costs nothing once the
+//     request comes. Each block then reads whole 128-byte lines of the inputs from host
+//     memory (volatile: no stale cached line; blocks reading one line at once were slower)
+//     and stores them into every replica (a non-finite input is stored as 0 and flagged;
+//     the host discards that request's outputs); one cluster barrier, then the levels as
+//     in the launched kernel (per-value waits for the inputs slowed every level).
+//   * After the last level the writers of outputs have fenced at system scope; a cluster
+//     barrier, then rank 0 fences and writes DONE.
+// (the words sit 128 bytes apart, one line each; the same line measured no different)
+#define RESIDENT_REQ 0
+#define RESIDENT_DONE 16
+#define RESIDENT_EXITED 32
+#define RESIDENT_STOP (-1ll)
+#define RESIDENT_IDLE (-2ll)
+
+// s_cmd = v in the shared memory of block `rank` of the cluster (p: this block's address)
+__device__ __forceinline__ void store_remote_cmd(long long* p, unsigned rank, long long v) {
+#if CLUSTER > 1
+    asm volatile("st.relaxed.cluster.shared::cluster.s64 [%0], %1;" ::"r"(cluster_address(p, rank)), "l"(v) : "memory");
+#endif
+}
+
+// rank 0, thread 0: wait for REQ to change (or for idle_ns to pass: RESIDENT_IDLE). One
+// read of host memory in flight at a time: four pollers started a quarter of a round trip
+// apart measured 2.5 us slower per request on an H200 (docs/performance.md).
+__device__ __forceinline__ long long resident_poll(volatile long long* ctrl, long long last, unsigned long long idle_ns) {
+    const unsigned long long t0 = grid_barrier_now_ns();
+    for (unsigned n = 1;; ++n) {
+        long long v;
+        asm volatile("ld.acquire.sys.global.s64 %0, [%1];" : "=l"(v) : "l"(ctrl + RESIDENT_REQ) : "memory");
+        if (v != last) return v;
+        if ((n & 15u) == 0u && grid_barrier_now_ns() - t0 > idle_ns) return RESIDENT_IDLE;
+    }
+}
+
+__device__ __forceinline__ void resident_loop(
+    const int4* __restrict__ levels, int n_levels, const int* __restrict__ indptr, const int* __restrict__ indices,
+    const double* __restrict__ w, const double* __restrict__ bias, const double* __restrict__ resp,
+    const int* __restrict__ act, const int* __restrict__ out_index, const int* __restrict__ ell_src,
+    const double* __restrict__ ell_w, const double* X, double* out, int B, int n_in, int n_out, int n_comp,
+    double slope, unsigned long long flag_addr, int* bar_err, volatile long long* ctrl, unsigned long long idle_ns,
+    int4* table, double* sV, double* red, unsigned rank, int tid) {
+    __shared__ long long s_cmd;
+    for (int i = threadIdx.x; i < 2 * n_levels; i += blockDim.x) table[i] = levels[i];
+    if (threadIdx.x == 0) s_cmd = ctrl[RESIDENT_DONE];  // (no request is answered while nothing runs)
+    __syncthreads();
+    cluster_arrive();  // every block's s_cmd is set before rank 0 stores into it
+    cluster_wait();
+    long long last = *(volatile long long*)&s_cmd;
+    const LevelInfo* T = reinterpret_cast<const LevelInfo*>(table);
+    const int nin = B * n_in;
+    // each block reads whole 128-byte lines of X (16 doubles): blocks reading one line at
+    // the same time were measured slower than one block reading it
+    const int share = 16 * ((((nin + 15) >> 4) + CLUSTER - 1) / CLUSTER);
+    const int i_end = min(nin, (int)(rank + 1) * share);
+    for (;;) {
+        ClusterPrefetch cur;  // level 0's entries: loaded while the request is awaited
+        if (n_levels > 0) cluster_prefetch(cur, T[0], tid, B, ell_src, ell_w, bias, resp, act, out_index);
+#if CLUSTER > 1
+        const double empty = __longlong_as_double(EMPTY_BITS);
+        for (int i = nin + threadIdx.x; i < nin + n_comp * B; i += blockDim.x) sV[i] = empty;
+#endif
+        __syncthreads();
+        cluster_arrive();  // this replica may receive remote stores
+        if (threadIdx.x == 0) {
+            if (rank == 0) {  // the one decision-maker: the blocks never disagree
+                const long long cmd = resident_poll(ctrl, last, idle_ns);
+#pragma unroll 1
+                for (unsigned c = 1; c < CLUSTER; ++c) store_remote_cmd(&s_cmd, c, cmd);
+                *(volatile long long*)&s_cmd = cmd;
+            } else {
+                while (*(volatile long long*)&s_cmd == last) {
+                }
+            }
+        }
+        __syncthreads();
+        const long long cmd = *(volatile long long*)&s_cmd;
+        cluster_wait();  // every replica is refilled
+        if (cmd < 0) break;
+        bool bad = false;
+        for (int k = (int)rank * share + threadIdx.x; k < i_end; k += blockDim.x) {
+            const int b = B == 1 ? 0 : k / n_in;  // k: X's row-major order; i: node-major slot
+            const int i = (k - b * n_in) * B + b;
+            double x = ((const volatile double*)X)[k];
+            if (!isfinite(x)) {
+                bad = true;
+                x = 0.0;
+            }
+#pragma unroll 1
+            for (unsigned c = 1; c < CLUSTER; ++c) store_remote(sV + i, (rank + c) % CLUSTER, x);
+            sV[i] = x;
+        }
+        if (bad && flag_addr != 0ull) *((volatile int*)flag_addr) = 1;
+#if CLUSTER == 1
+        __syncthreads();
+#else
+        cluster_arrive();  // every input is in every replica before level 0 reads it (a barrier
+        cluster_wait();    // measured faster than per-value waits on inputs, which slowed every level)
+#endif
+        ClusterPrefetch alt;
+        for (int l = 0; l < n_levels; l += 2) {
+            if (!cluster_step(cur, alt, T, l, n_levels, tid, rank, B, n_in, n_out, indptr, indices, w, bias, resp,
+                              act, out_index, ell_src, ell_w, sV, nullptr, out, slope, red, bar_err))
+                break;
+            cluster_step(alt, cur, T, l + 1, n_levels, tid, rank, B, n_in, n_out, indptr, indices, w, bias, resp, act,
+                         out_index, ell_src, ell_w, sV, nullptr, out, slope, red, bar_err);
+        }
+        cluster_arrive();  // this thread's outputs are written and fenced
+        cluster_wait();
+#if CLUSTER == 1
+        __syncthreads();  // (a cluster of one block: the barrier above is empty)
+#endif
+        if (rank == 0 && threadIdx.x == 0) {
+            __threadfence_system();
+            ctrl[RESIDENT_DONE] = cmd;
+        }
+        last = cmd;
+    }
+    if (rank == 0 && threadIdx.x == 0) {
+        __threadfence_system();
+        ctrl[RESIDENT_EXITED] = 1;
+    }
 }
 
 extern "C" __global__ void __launch_bounds__(512) CLUSTER_DIMS
@@ -701,7 +855,8 @@ extern "C" __global__ void __launch_bounds__(512) CLUSTER_DIMS
                     const double* __restrict__ resp, const int* __restrict__ act, const int* __restrict__ out_index,
                     const int* __restrict__ ell_src, const double* __restrict__ ell_w, const double* __restrict__ X,
                     unsigned long long Vg_addr, double* __restrict__ out, int B_arg, int n_in, int n_out, int n_comp,
-                    double slope, unsigned long long flag_addr, unsigned long long bar_err_addr) {
+                    double slope, unsigned long long flag_addr, unsigned long long bar_err_addr,
+                    unsigned long long ctrl_addr, unsigned long long idle_ns) {
     extern __shared__ double dyn[];
     __shared__ double red[32];
     int4* table = reinterpret_cast<int4*>(dyn);
@@ -711,6 +866,11 @@ extern "C" __global__ void __launch_bounds__(512) CLUSTER_DIMS
     const int B = BATCH > 0 ? BATCH : B_arg;  // (the host passes the same value)
     const unsigned rank = cluster_rank();
     const int tid = (int)(rank * blockDim.x + threadIdx.x);
+#if RESIDENT
+    resident_loop(levels, n_levels, indptr, indices, w, bias, resp, act, out_index, ell_src, ell_w, X, out, B, n_in,
+                  n_out, n_comp, slope, flag_addr, bar_err, (volatile long long*)ctrl_addr, idle_ns, table, sV, red,
+                  rank, tid);
+#else
     ClusterPrefetch cur;  // level 0's entries: in flight while the table, inputs and EMPTY fill are written
     if (n_levels > 0) {
         LevelInfo I0;
@@ -748,6 +908,7 @@ extern "C" __global__ void __launch_bounds__(512) CLUSTER_DIMS
                      out_index, ell_src, ell_w, sV, Vg, out, slope, red, bar_err);
     }
     cluster_wait();  // no block leaves while another may still store into its replica
+#endif
 }
 
 // ------------------------------------------------------------------ backward

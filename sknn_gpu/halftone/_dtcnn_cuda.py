@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import device_limits, get_cupy, to_host
-from .._kernels import check_barrier_error, get_function
+from .._kernels import check_barrier_error, get_function, stop_resident_kernels
 from .._kernels._launch import Launch, LaunchTable, driver_launch
 from ._fixed_point import Network, initial_state, input_state, state_energy2, state_to_output
 
@@ -468,6 +468,7 @@ def _sweeps(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing=None, spaci
     counters = _counters(n, max_iter, cp)
     de2, flips, totals, bars, bar_err = _split_counters(counters, n, max_iter)
     common = (np.int64(gain), np.int32(a_c))
+    stop_resident_kernels()  # the persistent launches' grid barriers need every SM free
     schedule = _schedule(n, h, w, r, p, tiles_x * tiles_y)
     if schedule == "rows":
         _rows(
@@ -633,6 +634,7 @@ class _Plan:
     def run(self, stk):
         """The four launches on the current stream; waits for the counters (host copy)."""
         cp = get_cupy()
+        stop_resident_kernels()  # the persistent launch's grid barrier needs every SM free
         contiguous = type(stk) is cp.ndarray and stk.flags.c_contiguous
         src = stk if contiguous else cp.ascontiguousarray(cp.asarray(stk))  # NumPy: to the device
         ws = cp.empty(self.ws_bytes, dtype=cp.uint8)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import device_limits
-from .._kernels import check_barrier_error, get_function
+from .._kernels import check_barrier_error, get_function, stop_resident_kernels
 from ..linalg import gemv, ger
 from ._base import Solver, Trainer
 from ._data import CSRRows
@@ -218,6 +218,7 @@ class CUDATrainer(Trainer):
         P = n_out + 1
         partials = cupy.empty(2 * G * P, dtype=self.dtype)
         counter = cupy.zeros(1, dtype=np.uint64)  # grid_barrier.cuh: zeroed once, never reset
+        stop_resident_kernels()  # the grid barrier needs every SM free for its blocks
         err = cupy.zeros(1, dtype=np.int32)
         chunk = int(min(n, (2**31) // G - 2))
         n_chunks = -(-n // chunk)

@@ -25,6 +25,7 @@ by :func:`engine`.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
@@ -51,7 +52,14 @@ from ._activations import (
     TRAINABLE_ACTIVATIONS,
     activation_codes,
 )
-from ._graph_build import check_count, check_slope, graph_nbytes, random_dag, random_layered
+from ._graph_build import (
+    check_count,
+    check_idle_timeout,
+    check_slope,
+    graph_nbytes,
+    random_dag,
+    random_layered,
+)
 
 __all__ = [
     "SparseGraph",
@@ -646,6 +654,61 @@ class SparseGraph:
         if one:
             out = out[0]
         return same_type_as_input(out, X)
+
+    def resident(self, idle_timeout: float = 0.01, device: str = "auto"):
+        """Keep the forward kernel resident on the GPU while a block of small calls runs.
+
+        Inside ``with g.resident():`` every :meth:`forward` of a small float64 NumPy
+        batch (up to 64 KiB of inputs and outputs; one row is the use case) that the
+        cluster executor runs is answered by a kernel that stays on the GPU: the call
+        writes the rows into pinned host memory and waits for the outputs there, with no
+        kernel launch and no CUDA API call (about half the time of a launched call on
+        an H100; docs/performance.md). Results are the same bits as outside the block.
+
+        While it runs, the kernel holds the SMs of its thread-block cluster (up to 16 of
+        an H100's 132) on its own stream and one of its threads polls host memory; other
+        work runs on the remaining SMs. It leaves after ``idle_timeout`` seconds without
+        a call (the next call relaunches it: the cost of one ordinary call) and when the
+        last open block of this graph closes (a nested block keeps the outer block's
+        ``idle_timeout``). A device-wide synchronization made inside the block waits
+        until it has left. Calls from several threads are serialized. CuPy inputs,
+        batches the cluster kernel does not run, and other executors take the usual
+        path. Needs an x86-64 host (the request protocol relies on its store order).
+
+        Parameters
+        ----------
+        idle_timeout : float, default=0.01
+            Seconds without a call after which the kernel leaves, in (0, 3600].
+        device : {'auto', 'cpu', 'cuda'}, default='auto'
+            Where the calls of the block will run; on the CPU (``'auto'`` without a
+            usable GPU) the block changes nothing.
+
+        Returns
+        -------
+        context manager
+
+        Raises
+        ------
+        ValueError
+            For a bad ``idle_timeout``; on the GPU when the graph's node values do not
+            fit one thread-block cluster (the resident kernel is the cluster kernel) or
+            the host is not x86-64.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sknn_gpu.sparse import SparseGraph
+        >>> g = SparseGraph.random_layered(4, 1, 3, 20, random_state=0)
+        >>> X = np.random.default_rng(0).normal(size=(3, 4))
+        >>> with g.resident():  # one row at a time, as a serving loop would
+        ...     rows = [g.forward(x) for x in X]
+        >>> bool(np.allclose(np.stack(rows), g.forward(X, device="cpu")))
+        True
+        """
+        idle = check_idle_timeout(idle_timeout)
+        if resolve_device(device) == "cpu":
+            return contextlib.nullcontext()
+        return _graph_cuda.resident_session(self, idle)
 
     def _check_X(self, X, device):
         """``X`` as a float64 (n_samples, n_inputs) array on ``device``, and whether it was 1-D."""

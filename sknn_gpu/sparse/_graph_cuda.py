@@ -11,18 +11,30 @@ device); device facts from :func:`sknn_gpu._backend.device_limits`.
 
 from __future__ import annotations
 
+import contextlib
+import platform
 import threading
+import time
 
 import numpy as np
 
 from .._backend import SMALL_WORK_BYTES, check_memory, device_limits, get_cupy, host_mapped
-from .._kernels import allow_large_clusters, check_barrier_error, get_function
+from .._kernels import (
+    allow_large_clusters,
+    check_barrier_error,
+    get_function,
+    register_resident,
+    stop_resident_kernels,
+    unregister_resident,
+)
 from .._kernels._launch import Launch, LaunchTable, capture_graph
 
 __all__ = [
     "forward",
     "forward_host",
     "fits_host_mapped",
+    "ResidentForward",
+    "resident_session",
     "backward",
     "prepared_forward",
     "device_plan",
@@ -82,6 +94,7 @@ def device_plan(graph):
         d["flag_np"][0] = d["bar_err_np"][0] = 0
         d["flag_addr"], d["bar_err_addr"] = np.uint64(flag.data.ptr), np.uint64(err.data.ptr)
         d["mapped"] = {}  # (thread, batch, executor) -> forward_host's staging buffers and graph
+        d["resident"] = None  # ResidentForward, made by the first resident session
         d["cfg"] = {}
         graph._dev[key] = d
     return d
@@ -301,16 +314,23 @@ def _cluster_worth(d, batch, plan):
     return bool(per_lane.max() <= 2 * CLUSTER_KMAX and rounds.max() <= 2)
 
 
-def _cluster_kernel(d, C, batch):
+def _cluster_kernel(d, C, batch, resident=False):
     """The compiled cluster kernel for ``C`` blocks per cluster with its attributes set, or
     None when this device or CuPy cannot run it (clusters need compute capability 9.0).
     One-row calls get a build with the batch size fixed at 1, and a graph whose computed
     nodes share one activation a build without the activation dispatch (together ~0.6 µs
-    of a 5-level launch on an H100, the same bits)."""
+    of a 5-level launch on an H100, the same bits). ``resident`` builds the request loop
+    of :class:`ResidentForward` (``RESIDENT`` in sparsenet.cu)."""
     if C > 1 and d["cc"] < (9, 0):
         return None
+    extra = {"RESIDENT": 1} if resident else {}
     kern = get_function(
-        "sparsenet", "forward_cluster", CLUSTER=C, BATCH=1 if batch == 1 else 0, UNIFORM_ACT=d["uniform_act"]
+        "sparsenet",
+        "forward_cluster",
+        CLUSTER=C,
+        BATCH=1 if batch == 1 else 0,
+        UNIFORM_ACT=d["uniform_act"],
+        **extra,
     )
     if C > 8 and not allow_large_clusters(kern):  # non-portable cluster size
         return None
@@ -391,7 +411,7 @@ def _cluster_part(d, batch, kern, C, nthr, shared, lanes):
             for a in head + (dw, db) + mid + (w_ell0,)
         ]
         layout += ["p", "p", "p"] + [("i", int(v)) for v in sizes[:4]]
-        layout += ["f", "p", ("q", int(d["bar_err_addr"]))]
+        layout += ["f", "p", ("q", int(d["bar_err_addr"])), ("q", 0), ("q", 0)]
         rec = Launch(kern, grid, block, layout, False, shared_mem=shared)
         rec.floats[0].value = float(d["slope"])
         return rec
@@ -407,10 +427,20 @@ def _cluster_part(d, batch, kern, C, nthr, shared, lanes):
                 rec.launch(cp.cuda.get_current_stream().ptr)
                 return
         w_ell = w_ell0 if own else w.take(pos)  # training passes its own weights
-        args = head + (w, b) + mid + (w_ell, X, vg, out) + sizes + (flag, d["bar_err_addr"])
+        args = head + (w, b) + mid + (w_ell, X, vg, out) + sizes + (flag, d["bar_err_addr"], zero, zero)
         kern(grid, block, args, shared_mem=shared)
         if own:
             table.register(0, make)
+
+    def resident(x, out, ctrl, idle_ns, stream):
+        """Launch the resident build on ``stream`` (see :class:`ResidentForward`)."""
+        kern_r = _cluster_kernel(d, C, batch, resident=True)
+        if shared > 48 * 1024:
+            kern_r.max_dynamic_shared_size_bytes = d["smem_optin"] - 1024
+        tail = (d["flag_addr"], d["bar_err_addr"], np.uint64(ctrl.data.ptr), np.uint64(idle_ns))
+        args = head + (dw, db) + mid + (w_ell0, x, zero, out) + sizes + tail
+        with stream:
+            kern_r(grid, block, args, shared_mem=shared)
 
     return {
         "mode": "cluster",
@@ -422,6 +452,7 @@ def _cluster_part(d, batch, kern, C, nthr, shared, lanes):
         "ell_tail": tail,
         "needs_v": False,
         "launch": launch,
+        "resident": resident,
     }
 
 
@@ -502,6 +533,8 @@ def _exec_config(d, batch, executor):
 
         def launch(X, V, out, w, b, flag=zero):
             w_ell = dw_ell if w is dw else w.take(ell_pos)  # training passes its own weights
+            if nblk > 1:  # a grid barrier: every SM must be free for its blocks
+                stop_resident_kernels()
             kern(
                 grid,
                 block,
@@ -683,6 +716,9 @@ def forward_host(graph, X, executor="auto"):
     """
     B = X.shape[0]
     d, cfg = _plan_config(graph, B, executor)
+    res = d["resident"]
+    if res is not None and res.users and cfg.get("mode") == "cluster":
+        return res.call(cfg, X)
     key = (threading.get_ident(), B, executor)
     bufs = d["mapped"].get(key)
     if bufs is None:
@@ -747,6 +783,8 @@ def backward(graph, V, G_out, w, executor="auto"):
     )
     if cfg["executor"] == "fused":
         nblk, nthr = cfg["bwd"]
+        if nblk > 1:  # a grid barrier: every SM must be free for its blocks
+            stop_resident_kernels()
         args = (
             (d["level_ptr"], d["n_levels_i32"])
             + args_tail
@@ -774,3 +812,163 @@ def backward(graph, V, G_out, w, executor="auto"):
         grid = max(1, min(-(-n_comp // 8), 65535))
         get_function("sparsenet", "row_sum")((grid,), (256,), (D, gb, i32(n_comp), i32(B)))
     return gw, gb
+
+
+# ------------------------------------------------------------------ resident forward kernel
+#: Control words of a resident kernel (int64 in pinned host memory; RESIDENT_* in sparsenet.cu),
+#: 128 bytes apart: the host spins on DONE while the device polls REQ.
+_REQ, _DONE, _EXITED = 0, 16, 32
+_STOP = -1
+
+#: Seconds a resident call waits for its answer before it raises RuntimeError.
+RESIDENT_ANSWER_S = 10.0
+
+
+class ResidentForward:
+    """The cluster kernel of one device plan kept resident on the GPU, answering one
+    small NumPy batch after another without a launch.
+
+    The kernel (``forward_cluster`` built with ``RESIDENT``) occupies its cluster's SMs
+    (up to 16 on an H100) on its own non-blocking stream and polls a request word in
+    pinned host memory. A call writes the rows into pinned host memory, posts the next
+    sequence number and spins until the kernel has written the outputs (also pinned host
+    memory) and the done word: no CUDA API call at all. After ``idle_ns`` without a
+    request the kernel leaves by itself; the next call relaunches it. A call for another
+    batch size stops the kernel and relaunches it for that size. Calls are serialized by
+    a lock. Made and used through :func:`resident_session`.
+    """
+
+    def __init__(self, d, idle_ns):
+        self.d = d
+        self.idle_ns = int(idle_ns)
+        self.users = 0
+        self.lock = threading.RLock()
+        self.stream = None
+        self.cfg = None  # the launch configuration the running kernel was started with
+        self.bufs = None
+        self.ctrl, self.ctrl_dev = host_mapped((_EXITED + 1,), np.int64)
+        self.ctrl[:] = 0
+        self.words = memoryview(self.ctrl)  # (a memoryview item is read twice as fast as a NumPy one)
+        self.seq = 0
+        self.running = False
+        self.launches = 0  # (tests: a relaunch after an idle exit is counted)
+
+    def _start(self, cfg, B):
+        cp = get_cupy()
+        d = self.d
+        if self.bufs is None or self.bufs[0].shape[0] != B:
+            x_host, x_dev = host_mapped((B, d["n_in"]), np.float64)
+            out_host, out_dev = host_mapped((B, d["n_out"]), np.float64)
+            self.bufs = (x_host, x_dev, out_host, out_dev)
+        if self.stream is None:
+            self.stream = cp.cuda.Stream(non_blocking=True)
+        c = self.ctrl
+        c[_EXITED] = 0
+        c[_REQ] = c[_DONE]
+        cfg["resident"](self.bufs[1], self.bufs[3], self.ctrl_dev, self.idle_ns, self.stream)
+        self.cfg, self.running = cfg, True
+        self.launches += 1
+        register_resident(self)
+
+    def stop(self):
+        """Ask the kernel to leave and wait for it (idempotent)."""
+        with self.lock:
+            if self.running:
+                self.ctrl[_REQ] = _STOP
+                self.stream.synchronize()
+                self.running = False
+                self.ctrl[_REQ] = self.ctrl[_DONE]
+            unregister_resident(self)
+
+    def _check_alive(self, s, t0):
+        """While waiting for request ``s`` (posted at ``time.monotonic()`` ``t0``): raise when
+        the kernel's stream failed, when the kernel is gone without answering or saying it
+        left, or after ``RESIDENT_ANSWER_S`` without an answer (a kernel still queued
+        behind other work answers the request later; the next call posts a new one)."""
+        if self.stream.done:  # (raises the stream's CUDA error, if any)
+            c = self.ctrl
+            if c[_DONE] != s and not c[_EXITED]:
+                self.running = False
+                raise RuntimeError("the resident SparseGraph kernel stopped without answering a request.")
+        elif time.monotonic() - t0 > RESIDENT_ANSWER_S:
+            raise RuntimeError(
+                f"the resident SparseGraph kernel did not answer within {RESIDENT_ANSWER_S:g} s "
+                "(is other work holding the GPU?)."
+            )
+
+    def call(self, cfg, X):
+        """Outputs (a new NumPy array) of the rows ``X`` (a float64 NumPy batch that fits
+        :func:`fits_host_mapped`; ``cfg``: its cluster launch configuration)."""
+        d = self.d
+        B = X.shape[0]
+        with self.lock:
+            if self.running and self.cfg is not cfg:
+                self.stop()  # another batch size (or executor): relaunch for it
+            x_host = self.bufs[0] if self.bufs is not None and self.bufs[0].shape[0] == B else None
+            if x_host is None or not self.running:
+                self._start(cfg, B)
+                x_host = self.bufs[0]
+            np.copyto(x_host, X)
+            s = self.seq = self.seq + 1
+            words = self.words
+            words[_REQ] = s  # (x86 keeps stores in order: the rows are visible first)
+            spins, t0 = 0, time.monotonic()
+            while words[_DONE] != s:
+                if words[_EXITED]:  # it left (idle) before it saw the request: relaunch, post again
+                    if words[_DONE] == s:
+                        break
+                    self.running = False
+                    self._start(cfg, B)
+                    words[_REQ] = s
+                spins += 1
+                if not spins & 0xFFFF:
+                    self._check_alive(s, t0)
+            if d["bar_err_np"][0]:  # a wait for a value timed out: the kernel is broken
+                self.stop()
+                _barrier_failed(d)
+            flag = d["flag_np"]
+            if flag[0]:
+                flag[0] = 0
+                raise ValueError("X contains NaN or infinite values.")
+            return self.bufs[2].copy()
+
+
+def resident_check(graph, batch=1):
+    """The device plan and cluster configuration a resident session would use for
+    ``batch`` rows, or ValueError naming why the graph cannot be resident."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        # the request protocol relies on the host's stores becoming visible in program order
+        raise ValueError(
+            f"resident kernels need an x86-64 host (stores kept in order); this is {platform.machine()}."
+        )
+    d, cfg = _plan_config(graph, batch, "auto")
+    if cfg.get("mode") != "cluster":
+        raise ValueError(
+            "this graph cannot run as a resident kernel: its node values "
+            f"({8 * d['n_slots'] * batch:,} bytes at batch {batch}) do not fit one thread-block "
+            "cluster's shared memory, or its levels are too wide for one cluster ('auto' runs it "
+            "with the fused or per-level executor)."
+        )
+    return d, cfg
+
+
+@contextlib.contextmanager
+def resident_session(graph, idle_timeout):
+    """Context manager behind :meth:`SparseGraph.resident`: while any session of the graph's
+    device plan is open, :func:`forward_host` calls of the cluster executor go to its
+    :class:`ResidentForward`; the last session to close stops the kernel."""
+    d, _ = resident_check(graph)
+    res = d["resident"]
+    if res is None:
+        res = d["resident"] = ResidentForward(d, idle_timeout * 1e9)
+    with res.lock:
+        if not res.users:  # (a nested block keeps the outer block's idle timeout)
+            res.idle_ns = int(idle_timeout * 1e9)
+        res.users += 1
+    try:
+        yield res
+    finally:
+        with res.lock:
+            res.users -= 1
+            if not res.users:
+                res.stop()

@@ -379,6 +379,45 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             out = out[:, 0]
         return self._output(out, X)
 
+    def resident(self, idle_timeout: float = 0.01):
+        """Keep the trained graph's forward kernel resident on the GPU while a block of
+        one-row predictions runs (:meth:`SparseGraph.resident <sknn_gpu.sparse.SparseGraph.resident>`).
+
+        Inside ``with reg.resident():``, :meth:`predict` of a few plain float64 NumPy
+        rows (the one-row latency path) is answered by a kernel that stays on the GPU:
+        no kernel launch, no CUDA API call per call, the same predictions. The kernel
+        holds the SMs of one thread-block cluster (up to 16 of an H100's 132) until
+        ``idle_timeout`` seconds pass without a call or the block closes. On the CPU
+        (``device_ == 'cpu'``), and with ``input_activation='sigmoid'`` (whose rows take
+        the general path), the block changes nothing.
+
+        Parameters
+        ----------
+        idle_timeout : float, default=0.01
+            Seconds without a call after which the kernel leaves (the next call
+            relaunches it), in (0, 3600].
+
+        Returns
+        -------
+        context manager
+            The trained graph's (:meth:`SparseGraph.resident
+            <sknn_gpu.sparse.SparseGraph.resident>`, which names the errors it raises).
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> from sknn_gpu.sparse import SparseNetRegressor
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.random((200, 4)); y = X @ np.array([1.0, -2.0, 0.5, 3.0])
+        >>> reg = SparseNetRegressor(hidden_layer_sizes=(16,), max_iter=1000, random_state=0).fit(X, y)
+        >>> with reg.resident():
+        ...     preds = [reg.predict(X[i : i + 1]) for i in range(3)]
+        >>> bool(np.allclose(np.concatenate(preds), reg.predict(X[:3])))
+        True
+        """
+        check_is_fitted(self, "graph_")
+        return self.graph_.resident(idle_timeout, device=self.device_)
+
     def prune(self, amount: float) -> SparseNetRegressor:
         """Remove the ``round(amount * n_edges_)`` smallest-magnitude edges of the fitted graph.
 
