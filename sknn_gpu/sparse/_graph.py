@@ -655,7 +655,7 @@ class SparseGraph:
             out = out[0]
         return same_type_as_input(out, X)
 
-    def resident(self, idle_timeout: float = 0.01, device: str = "auto"):
+    def resident(self, idle_timeout: float = 0.01, device: str = "auto") -> contextlib.AbstractContextManager:
         """Keep the forward kernel resident on the GPU while a block of small calls runs.
 
         Inside ``with g.resident():`` every :meth:`forward` of a small float64 NumPy

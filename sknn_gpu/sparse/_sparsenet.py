@@ -8,6 +8,7 @@ functions). The dense phase of ``'prune'`` is written against ``xp`` (NumPy or C
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from numbers import Integral, Real
 
@@ -379,7 +380,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             out = out[:, 0]
         return self._output(out, X)
 
-    def resident(self, idle_timeout: float = 0.01):
+    def resident(self, idle_timeout: float = 0.01) -> contextlib.AbstractContextManager:
         """Keep the trained graph's forward kernel resident on the GPU while a block of
         one-row predictions runs (:meth:`SparseGraph.resident <sknn_gpu.sparse.SparseGraph.resident>`).
 
