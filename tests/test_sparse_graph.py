@@ -1033,3 +1033,139 @@ def test_gpu_resident_refuses_a_graph_too_large_for_one_cluster():
     with pytest.raises(ValueError, match="cannot run as a resident kernel"):
         with g.resident():
             pass
+
+
+class _FakeStream:
+    """Stands for the resident kernel's CUDA stream: the 'kernel' is a host thread."""
+
+    def __init__(self):
+        self.thread = None
+
+    @property
+    def done(self):
+        return self.thread is None or not self.thread.is_alive()
+
+    def synchronize(self):
+        if self.thread is not None:
+            self.thread.join(5.0)
+            assert not self.thread.is_alive(), "the fake kernel did not leave"
+
+
+def _fake_resident(monkeypatch, behaviour=None, n_in=3, n_out=2):
+    """A ResidentForward whose kernel is a host thread speaking the same protocol over
+    NumPy arrays (no GPU): it answers out = sum(row) * (1, 2, ...) per row, flags a
+    non-finite row, leaves on STOP or after its idle time. ``behaviour(launch_number)``
+    may return 'leave' (leave at once, saying so, without answering), 'vanish' (leave
+    without a word) or 'mute' (stay, never answer) for a launch."""
+    import threading
+    import time as _time
+    from types import SimpleNamespace
+
+    from sknn_gpu.sparse import _graph_cuda as gc
+
+    monkeypatch.setattr(gc, "host_mapped", lambda shape, dtype: (lambda a: (a, a))(np.zeros(shape, dtype)))
+    fake_cp = SimpleNamespace(cuda=SimpleNamespace(Stream=lambda non_blocking: _FakeStream()))
+    monkeypatch.setattr(gc, "get_cupy", lambda: fake_cp)
+    d = {"n_in": n_in, "n_out": n_out, "bar_err_np": np.zeros(1, np.int32), "flag_np": np.zeros(1, np.int32)}
+    launches = []
+
+    def launch(x, out, ctrl, idle_ns, stream):
+        launches.append(x.shape[0])
+        mode = behaviour(len(launches)) if behaviour else None
+
+        def kernel():
+            last, t0 = int(ctrl[gc._DONE]), _time.monotonic()
+            if mode in ("leave", "vanish"):
+                if mode == "leave":
+                    ctrl[gc._EXITED] = 1
+                return
+            while True:
+                _time.sleep(0)  # (let the caller's thread run: both spin under the GIL)
+                v = int(ctrl[gc._REQ])
+                if v == gc._STOP:
+                    break
+                if v != last and mode != "mute":
+                    rows = x.copy()
+                    if not np.isfinite(rows).all():
+                        d["flag_np"][0] = 1
+                    out[:] = rows.sum(axis=1, keepdims=True) * np.arange(1, out.shape[1] + 1)
+                    ctrl[gc._DONE] = last = v
+                    t0 = _time.monotonic()
+                elif mode != "mute" and _time.monotonic() - t0 > idle_ns * 1e-9:
+                    break
+            ctrl[gc._EXITED] = 1
+
+        stream.thread = threading.Thread(target=kernel, daemon=True)
+        stream.thread.start()
+
+    cfg = {"resident": launch}
+    res = gc.ResidentForward(d, idle_ns=0.5e9)
+    return res, cfg, d, launches
+
+
+def _expected(X):
+    return X.sum(axis=1, keepdims=True) * np.arange(1, 3)
+
+
+def test_resident_protocol_answers_and_relaunches_after_an_idle_exit(monkeypatch, rng):
+    """The host side of the resident kernel (no GPU: a host thread speaks the protocol):
+    rows are answered in order by one launch; after the kernel has left idle the next
+    call relaunches it; another batch size restarts it with buffers of that size; stop()
+    ends it and unregisters it."""
+    import time as _time
+
+    from sknn_gpu import _kernels
+
+    res, cfg, d, launches = _fake_resident(monkeypatch)
+    X = rng.normal(size=(20, 3))
+    for i in range(20):
+        np.testing.assert_array_equal(res.call(cfg, X[i : i + 1]), _expected(X[i : i + 1]))
+    assert launches == [1] and res.running and res in _kernels._resident
+    res.idle_ns = int(1e6)  # 1 ms: the next launch leaves when idle
+    res.stop()
+    assert not res.running and res not in _kernels._resident
+    np.testing.assert_array_equal(res.call(cfg, X[:1]), _expected(X[:1]))
+    for _ in range(500):  # it leaves when idle (up to 5 s on a loaded machine)
+        if res.stream.done:
+            break
+        _time.sleep(0.01)
+    assert res.stream.done
+    np.testing.assert_array_equal(res.call(cfg, X[1:2]), _expected(X[1:2]))
+    np.testing.assert_array_equal(res.call(cfg, X[2:5]), _expected(X[2:5]))  # 3 rows: restarted
+    assert launches == [1, 1, 1, 3]
+    _kernels.stop_resident_kernels()  # (what a grid-barrier launch does first)
+    assert not res.running and res.stream.done
+
+
+def test_resident_protocol_relaunches_a_kernel_that_left_before_seeing_the_request(monkeypatch, rng):
+    """The race at the idle timeout: the kernel leaves (saying so) just as a request is
+    posted; the call sees EXITED without DONE, relaunches and posts again."""
+    res, cfg, _, launches = _fake_resident(monkeypatch, behaviour=lambda n: "leave" if n == 1 else None)
+    X = rng.normal(size=(2, 3))
+    np.testing.assert_array_equal(res.call(cfg, X[:1]), _expected(X[:1]))
+    np.testing.assert_array_equal(res.call(cfg, X[1:]), _expected(X[1:]))
+    assert launches == [1, 1]
+    res.stop()
+
+
+def test_resident_protocol_flags_bad_rows_and_reports_a_silent_or_mute_kernel(monkeypatch, rng):
+    from sknn_gpu.sparse import _graph_cuda as gc
+
+    res, cfg, d, _ = _fake_resident(monkeypatch)
+    X = rng.normal(size=(1, 3))
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        res.call(cfg, np.array([[1.0, np.nan, 2.0]]))
+    assert d["flag_np"][0] == 0  # reset for the next call
+    np.testing.assert_array_equal(res.call(cfg, X), _expected(X))
+    res.stop()
+
+    res, cfg, _, _ = _fake_resident(monkeypatch, behaviour=lambda n: "vanish")
+    with pytest.raises(RuntimeError, match="stopped without answering"):
+        res.call(cfg, X)
+
+    monkeypatch.setattr(gc, "RESIDENT_ANSWER_S", 0.05)
+    res, cfg, _, _ = _fake_resident(monkeypatch, behaviour=lambda n: "mute")
+    with pytest.raises(RuntimeError, match="did not answer within"):
+        res.call(cfg, X)
+    res.stop()  # a mute kernel still leaves on STOP
+    assert not res.running

@@ -902,13 +902,11 @@ class ResidentForward:
         d = self.d
         B = X.shape[0]
         with self.lock:
-            if self.running and self.cfg is not cfg:
+            if self.running and (self.cfg is not cfg or self.bufs[0].shape[0] != B):
                 self.stop()  # another batch size (or executor): relaunch for it
-            x_host = self.bufs[0] if self.bufs is not None and self.bufs[0].shape[0] == B else None
-            if x_host is None or not self.running:
+            if not self.running:
                 self._start(cfg, B)
-                x_host = self.bufs[0]
-            np.copyto(x_host, X)
+            np.copyto(self.bufs[0], X)
             s = self.seq = self.seq + 1
             words = self.words
             words[_REQ] = s  # (x86 keeps stores in order: the rows are visible first)
