@@ -155,234 +155,234 @@ flyhash_fused(const float* __restrict__ X, const long long n, const int D, const
     const long long n_groups = (n + ROWS - 1) / ROWS;
 
     for (long long group = blockIdx.x; group < n_groups; group += gridDim.x) {
-    const long long row0 = group * ROWS;
-    __syncthreads();  // the previous group is done with every shared array
+        const long long row0 = group * ROWS;
+        __syncthreads();  // the previous group is done with every shared array
 
-    // ---- load the block's rows, transposed ------------------------------------
-    for (int e = tid; e < ROWS * D; e += NTHREADS) {
-        const int rr = e / D;
-        const int j = e - rr * D;
-        const long long row = row0 + rr;
-        xs[j * ROWSP + rr] = row < n ? X[row * ldx + j] : 0.0f;
-    }
-    for (int e = tid; e < NB * ROWS; e += NTHREADS) hist[e] = 0u;
-    __syncthreads();
-
-    // ---- per-row range: activations lie (up to rounding) in [S*min, S*max] ------
-    for (int rr = warp; rr < ROWS; rr += NWARPS) {
-        float mn = FH_INF, mx = -FH_INF;
-        // all-equal test on the exact bits: the float min/max below run under
-        // -ftz=true and would call a row of distinct subnormals constant
-        unsigned kmn = 0xffffffffu, kmx = 0u;
-        float sum = 0.0f, sumsq = 0.0f;  // approximate: they only place the coarse range
-        for (int j = lane; j < D; j += 32) {
-            const float v = xs[j * ROWSP + rr];
-            mn = fminf(mn, v);
-            mx = fmaxf(mx, v);
-            kmn = min(kmn, ord_key(v));
-            kmx = max(kmx, ord_key(v));
-            sum += v;
-            sumsq += v * v;
+        // ---- load the block's rows, transposed ------------------------------------
+        for (int e = tid; e < ROWS * D; e += NTHREADS) {
+            const int rr = e / D;
+            const int j = e - rr * D;
+            const long long row = row0 + rr;
+            xs[j * ROWSP + rr] = row < n ? X[row * ldx + j] : 0.0f;
         }
+        for (int e = tid; e < NB * ROWS; e += NTHREADS) hist[e] = 0u;
+        __syncthreads();
+
+        // ---- per-row range: activations lie (up to rounding) in [S*min, S*max] ------
+        for (int rr = warp; rr < ROWS; rr += NWARPS) {
+            float mn = FH_INF, mx = -FH_INF;
+            // all-equal test on the exact bits: the float min/max below run under
+            // -ftz=true and would call a row of distinct subnormals constant
+            unsigned kmn = 0xffffffffu, kmx = 0u;
+            float sum = 0.0f, sumsq = 0.0f;  // approximate: they only place the coarse range
+            for (int j = lane; j < D; j += 32) {
+                const float v = xs[j * ROWSP + rr];
+                mn = fminf(mn, v);
+                mx = fmaxf(mx, v);
+                kmn = min(kmn, ord_key(v));
+                kmx = max(kmx, ord_key(v));
+                sum += v;
+                sumsq += v * v;
+            }
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            mn = fminf(mn, __shfl_xor_sync(FULL_MASK, mn, o));
-            mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
-            kmn = min(kmn, __shfl_xor_sync(FULL_MASK, kmn, o));
-            kmx = max(kmx, __shfl_xor_sync(FULL_MASK, kmx, o));
-            sum += __shfl_xor_sync(FULL_MASK, sum, o);
-            sumsq += __shfl_xor_sync(FULL_MASK, sumsq, o);
-        }
-        if (lane == 0) {
-            float lo = (float)S * mn, hi = (float)S * mx;
-            // A sum of S of the row's values has mean S*mu and spread <= sqrt(S)*sigma:
-            // bin mean +- RANGE_SD spreads, not the whole [S*min, S*max], so that the
-            // coarse bins (hence the window's edges) are fine where the K-th largest
-            // lies. Activations outside fall into the end bins, which widens the
-            // window there (never a wrong result); a degenerate spread keeps min/max.
-            const float mu = sum / (float)D;
-            const float var = fmaxf(sumsq / (float)D - mu * mu, 0.0f);
-            const float spread = RANGE_SD * sqrtf((float)S * var);
-            const float tlo = fmaxf(lo, (float)S * mu - spread), thi = fminf(hi, (float)S * mu + spread);
-            if (thi - tlo > 0.0f && thi - tlo < FH_INF) {
-                lo = tlo;
-                hi = thi;
+            for (int o = 16; o > 0; o >>= 1) {
+                mn = fminf(mn, __shfl_xor_sync(FULL_MASK, mn, o));
+                mx = fmaxf(mx, __shfl_xor_sync(FULL_MASK, mx, o));
+                kmn = min(kmn, __shfl_xor_sync(FULL_MASK, kmn, o));
+                kmx = max(kmx, __shfl_xor_sync(FULL_MASK, kmx, o));
+                sum += __shfl_xor_sync(FULL_MASK, sum, o);
+                sumsq += __shfl_xor_sync(FULL_MASK, sumsq, o);
             }
-            const float scale = (float)NB / (hi - lo);
-            int mode = MODE_NORMAL;
-            if (kmn == kmx) mode = MODE_ALLTIE;
-            else if (!(scale > 0.0f) || !(scale < FH_INF) || !(hi - lo < FH_INF)) mode = MODE_FLAGGED;
-            s_lo[rr] = lo;
-            s_scale[rr] = scale;
-            s_mode[rr] = mode;
-            s_over[rr] = 0u;
-            s_ncand[rr] = 0u;
-        }
-    }
-    __syncthreads();
-
-    // ---- pass 0: coarse histogram of a sample of units -------------------------
-    {
-        const float lo = s_lo[r], scale = s_scale[r];
-        const bool active = s_mode[r] == MODE_NORMAL;
-        for (int wd = warp * GROUPS + q; wd < n_sample_words; wd += NWARPS * GROUPS) {
-            for (int i = 0; i < 32; ++i) {
-                const int u = wd * 32 + i;
-                if (u >= n_sample) break;
-                const float v = unit_activation<ROWSP, false>(idx, u, xs_r);
-                if (active) atomicAdd(&hist[coarse_bin(v, lo, scale) * ROWS + r], 1u);
-            }
-        }
-    }
-    __syncthreads();
-
-    // ---- window from the sample's order statistics ----------------------------
-    for (int rr = warp; rr < ROWS; rr += NWARPS) {
-        if (s_mode[rr] != MODE_NORMAL) continue;  // warp-uniform
-        const float e = (float)n_sample * (float)K / (float)M;
-        const float sd = sqrtf(e * (1.0f - (float)K / (float)M));
-        const float r1f = floorf(e - 5.0f * sd - 2.0f);
-        const float r2f = ceilf(e + 5.0f * sd + 2.0f);
-        unsigned above, total;
-        int clamp_hi = 1, clamp_lo = 1;
-        float whi = 0.0f, wlo = 0.0f;
-        const float lo = s_lo[rr], scale = s_scale[rr];
-        if (r1f >= 1.0f) {
-            const int b1 = select_bin(hist, rr, (unsigned)r1f, &above, &total);
-            if (b1 >= 0 && b1 < NB - 1) {
-                clamp_hi = 0;
-                whi = lo + (float)(b1 + 1) / scale;
-            }
-        }
-        if (r2f <= (float)n_sample) {
-            const int b2 = select_bin(hist, rr, (unsigned)r2f, &above, &total);
-            if (b2 > 0) {
-                clamp_lo = 0;
-                wlo = lo + (float)b2 / scale;
-            }
-        }
-        if (lane == 0) {
-            if (clamp_lo) wlo = lo;
-            if (clamp_hi) whi = lo + (float)NB / scale;  // the coarse upper end
-            const float wscale = (float)NB / (whi - wlo);
-            if (!(whi > wlo) || !(wscale > 0.0f) || !(wscale < FH_INF)) s_mode[rr] = MODE_FLAGGED;
-            s_wlo[rr] = wlo;
-            s_whi[rr] = whi;
-            s_wscale[rr] = wscale;
-            s_clamp_lo[rr] = clamp_lo;
-            s_clamp_hi[rr] = clamp_hi;
-        }
-    }
-    __syncthreads();
-    for (int e = tid; e < NB * ROWS; e += NTHREADS) hist[e] = 0u;
-    __syncthreads();
-
-    // ---- pass 1, the one full pass: emit the units above the window, histogram
-    // ---- the units inside it and list them (value, unit) in global memory ------
-    const long long row = row0 + r;
-    {
-        const float wlo = s_wlo[r], whi = s_whi[r], wscale = s_wscale[r];
-        const int clamp_lo = s_clamp_lo[r], clamp_hi = s_clamp_hi[r];
-        const int mode = s_mode[r];
-        unsigned long long* const win_r = win + (size_t)r * gcap;
-        unsigned* out_row = out + (row < n ? row : 0) * (long long)MW;
-        unsigned over = 0;
-        for (int wd = warp * GROUPS + q; wd < MW; wd += NWARPS * GROUPS) {
-            unsigned bits = 0u;
-            if (mode == MODE_ALLTIE) {
-                for (int i = 0; i < 32; ++i) {
-                    const int u = wd * 32 + i;
-                    if (u < K && u < M) bits |= unit_bit(u);
+            if (lane == 0) {
+                float lo = (float)S * mn, hi = (float)S * mx;
+                // A sum of S of the row's values has mean S*mu and spread <= sqrt(S)*sigma:
+                // bin mean +- RANGE_SD spreads, not the whole [S*min, S*max], so that the
+                // coarse bins (hence the window's edges) are fine where the K-th largest
+                // lies. Activations outside fall into the end bins, which widens the
+                // window there (never a wrong result); a degenerate spread keeps min/max.
+                const float mu = sum / (float)D;
+                const float var = fmaxf(sumsq / (float)D - mu * mu, 0.0f);
+                const float spread = RANGE_SD * sqrtf((float)S * var);
+                const float tlo = fmaxf(lo, (float)S * mu - spread), thi = fminf(hi, (float)S * mu + spread);
+                if (thi - tlo > 0.0f && thi - tlo < FH_INF) {
+                    lo = tlo;
+                    hi = thi;
                 }
-            } else if (mode == MODE_NORMAL) {
+                const float scale = (float)NB / (hi - lo);
+                int mode = MODE_NORMAL;
+                if (kmn == kmx) mode = MODE_ALLTIE;
+                else if (!(scale > 0.0f) || !(scale < FH_INF) || !(hi - lo < FH_INF)) mode = MODE_FLAGGED;
+                s_lo[rr] = lo;
+                s_scale[rr] = scale;
+                s_mode[rr] = mode;
+                s_over[rr] = 0u;
+                s_ncand[rr] = 0u;
+            }
+        }
+        __syncthreads();
+
+        // ---- pass 0: coarse histogram of a sample of units -------------------------
+        {
+            const float lo = s_lo[r], scale = s_scale[r];
+            const bool active = s_mode[r] == MODE_NORMAL;
+            for (int wd = warp * GROUPS + q; wd < n_sample_words; wd += NWARPS * GROUPS) {
                 for (int i = 0; i < 32; ++i) {
                     const int u = wd * 32 + i;
-                    if (u >= M) break;
+                    if (u >= n_sample) break;
                     const float v = unit_activation<ROWSP, false>(idx, u, xs_r);
-                    const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
-                    if (c == NB) {
-                        bits |= unit_bit(u);
-                        ++over;
-                    } else if (c >= 0) {
-                        atomicAdd(&hist[c * ROWS + r], 1u);
-                        const unsigned slot = atomicAdd(&s_ncand[r], 1u);
-                        if (slot < (unsigned)gcap)
-                            win_r[slot] = ((unsigned long long)u << 32) | __float_as_uint(v);
+                    if (active) atomicAdd(&hist[coarse_bin(v, lo, scale) * ROWS + r], 1u);
+                }
+            }
+        }
+        __syncthreads();
+
+        // ---- window from the sample's order statistics ----------------------------
+        for (int rr = warp; rr < ROWS; rr += NWARPS) {
+            if (s_mode[rr] != MODE_NORMAL) continue;  // warp-uniform
+            const float e = (float)n_sample * (float)K / (float)M;
+            const float sd = sqrtf(e * (1.0f - (float)K / (float)M));
+            const float r1f = floorf(e - 5.0f * sd - 2.0f);
+            const float r2f = ceilf(e + 5.0f * sd + 2.0f);
+            unsigned above, total;
+            int clamp_hi = 1, clamp_lo = 1;
+            float whi = 0.0f, wlo = 0.0f;
+            const float lo = s_lo[rr], scale = s_scale[rr];
+            if (r1f >= 1.0f) {
+                const int b1 = select_bin(hist, rr, (unsigned)r1f, &above, &total);
+                if (b1 >= 0 && b1 < NB - 1) {
+                    clamp_hi = 0;
+                    whi = lo + (float)(b1 + 1) / scale;
+                }
+            }
+            if (r2f <= (float)n_sample) {
+                const int b2 = select_bin(hist, rr, (unsigned)r2f, &above, &total);
+                if (b2 > 0) {
+                    clamp_lo = 0;
+                    wlo = lo + (float)b2 / scale;
+                }
+            }
+            if (lane == 0) {
+                if (clamp_lo) wlo = lo;
+                if (clamp_hi) whi = lo + (float)NB / scale;  // the coarse upper end
+                const float wscale = (float)NB / (whi - wlo);
+                if (!(whi > wlo) || !(wscale > 0.0f) || !(wscale < FH_INF)) s_mode[rr] = MODE_FLAGGED;
+                s_wlo[rr] = wlo;
+                s_whi[rr] = whi;
+                s_wscale[rr] = wscale;
+                s_clamp_lo[rr] = clamp_lo;
+                s_clamp_hi[rr] = clamp_hi;
+            }
+        }
+        __syncthreads();
+        for (int e = tid; e < NB * ROWS; e += NTHREADS) hist[e] = 0u;
+        __syncthreads();
+
+        // ---- pass 1, the one full pass: emit the units above the window, histogram
+        // ---- the units inside it and list them (value, unit) in global memory ------
+        const long long row = row0 + r;
+        {
+            const float wlo = s_wlo[r], whi = s_whi[r], wscale = s_wscale[r];
+            const int clamp_lo = s_clamp_lo[r], clamp_hi = s_clamp_hi[r];
+            const int mode = s_mode[r];
+            unsigned long long* const win_r = win + (size_t)r * gcap;
+            unsigned* out_row = out + (row < n ? row : 0) * (long long)MW;
+            unsigned over = 0;
+            for (int wd = warp * GROUPS + q; wd < MW; wd += NWARPS * GROUPS) {
+                unsigned bits = 0u;
+                if (mode == MODE_ALLTIE) {
+                    for (int i = 0; i < 32; ++i) {
+                        const int u = wd * 32 + i;
+                        if (u < K && u < M) bits |= unit_bit(u);
+                    }
+                } else if (mode == MODE_NORMAL) {
+                    for (int i = 0; i < 32; ++i) {
+                        const int u = wd * 32 + i;
+                        if (u >= M) break;
+                        const float v = unit_activation<ROWSP, false>(idx, u, xs_r);
+                        const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
+                        if (c == NB) {
+                            bits |= unit_bit(u);
+                            ++over;
+                        } else if (c >= 0) {
+                            atomicAdd(&hist[c * ROWS + r], 1u);
+                            const unsigned slot = atomicAdd(&s_ncand[r], 1u);
+                            if (slot < (unsigned)gcap)
+                                win_r[slot] = ((unsigned long long)u << 32) | __float_as_uint(v);
+                        }
                     }
                 }
+                if (row < n) out_row[wd] = bits;
             }
-            if (row < n) out_row[wd] = bits;
+            if (mode == MODE_NORMAL && over) atomicAdd(&s_over[r], over);
         }
-        if (mode == MODE_NORMAL && over) atomicAdd(&s_over[r], over);
-    }
-    __syncthreads();
+        __syncthreads();
 
-    // ---- the bin b* holding the K-th largest, and how many of it win -----------
-    for (int rr = warp; rr < ROWS; rr += NWARPS) {
-        if (s_mode[rr] != MODE_NORMAL) continue;  // warp-uniform
-        const unsigned over = s_over[rr];
-        unsigned above = 0, total = 0;
-        int bstar = -1;
-        if (over < (unsigned)K) bstar = select_bin(hist, rr, (unsigned)K - over, &above, &total);
-        if (lane == 0) {
-            const unsigned listed = s_ncand[rr];
-            if (bstar < 0 || hist[bstar * ROWS + rr] > (unsigned)CAP || listed > (unsigned)gcap) {
-                s_mode[rr] = MODE_FLAGGED;
-            } else {
-                s_bstar[rr] = bstar;
-                s_need[rr] = (unsigned)K - over - above;  // winners to take from bin b*
-            }
-            s_nwin[rr] = listed;
-            s_ncand[rr] = 0u;
-        }
-    }
-    __syncthreads();
-
-    // ---- the window's units: above b* win, b*'s go to the exact ranking --------
-    for (int rr = warp; rr < ROWS; rr += NWARPS) {
-        const long long rrow = row0 + rr;
-        if (rrow >= n || s_mode[rr] != MODE_NORMAL) continue;  // warp-uniform
-        const float wlo = s_wlo[rr], whi = s_whi[rr], wscale = s_wscale[rr];
-        const int clamp_lo = s_clamp_lo[rr], clamp_hi = s_clamp_hi[rr], bstar = s_bstar[rr];
-        const unsigned listed = s_nwin[rr];
-        const unsigned long long* win_rr = win + (size_t)rr * gcap;
-        for (unsigned i = lane; i < listed; i += 32) {
-            const unsigned long long e = win_rr[i];
-            const float v = __uint_as_float((unsigned)e);
-            const int u = (int)(e >> 32);
-            const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
-            if (c > bstar) {
-                atomicOr(&out[rrow * MW + (u >> 5)], unit_bit(u));
-            } else if (c == bstar) {
-                const unsigned slot = atomicAdd(&s_ncand[rr], 1u);  // < CAP: b* holds <= CAP
-                cand_key[slot * ROWS + rr] = ord_key(v);
-                cand_idx[slot * ROWS + rr] = u;
+        // ---- the bin b* holding the K-th largest, and how many of it win -----------
+        for (int rr = warp; rr < ROWS; rr += NWARPS) {
+            if (s_mode[rr] != MODE_NORMAL) continue;  // warp-uniform
+            const unsigned over = s_over[rr];
+            unsigned above = 0, total = 0;
+            int bstar = -1;
+            if (over < (unsigned)K) bstar = select_bin(hist, rr, (unsigned)K - over, &above, &total);
+            if (lane == 0) {
+                const unsigned listed = s_ncand[rr];
+                if (bstar < 0 || hist[bstar * ROWS + rr] > (unsigned)CAP || listed > (unsigned)gcap) {
+                    s_mode[rr] = MODE_FLAGGED;
+                } else {
+                    s_bstar[rr] = bstar;
+                    s_need[rr] = (unsigned)K - over - above;  // winners to take from bin b*
+                }
+                s_nwin[rr] = listed;
+                s_ncand[rr] = 0u;
             }
         }
-    }
-    __syncthreads();
+        __syncthreads();
 
-    // ---- rank the candidates exactly: (key desc, index asc) ----------------------
-    for (int e = tid; e < CAP * ROWS; e += NTHREADS) {
-        const int rr = e % ROWS;
-        const int c = e / ROWS;
-        const long long rrow = row0 + rr;
-        if (rrow >= n || s_mode[rr] != MODE_NORMAL) continue;
-        const unsigned nc = s_ncand[rr];
-        if ((unsigned)c >= nc) continue;
-        const unsigned key = cand_key[c * ROWS + rr];
-        const int u = cand_idx[c * ROWS + rr];
-        unsigned rank = 0;
-        for (unsigned c2 = 0; c2 < nc; ++c2) {
-            const unsigned k2 = cand_key[c2 * ROWS + rr];
-            const int u2 = cand_idx[c2 * ROWS + rr];
-            rank += (k2 > key) || (k2 == key && u2 < u);
+        // ---- the window's units: above b* win, b*'s go to the exact ranking --------
+        for (int rr = warp; rr < ROWS; rr += NWARPS) {
+            const long long rrow = row0 + rr;
+            if (rrow >= n || s_mode[rr] != MODE_NORMAL) continue;  // warp-uniform
+            const float wlo = s_wlo[rr], whi = s_whi[rr], wscale = s_wscale[rr];
+            const int clamp_lo = s_clamp_lo[rr], clamp_hi = s_clamp_hi[rr], bstar = s_bstar[rr];
+            const unsigned listed = s_nwin[rr];
+            const unsigned long long* win_rr = win + (size_t)rr * gcap;
+            for (unsigned i = lane; i < listed; i += 32) {
+                const unsigned long long e = win_rr[i];
+                const float v = __uint_as_float((unsigned)e);
+                const int u = (int)(e >> 32);
+                const int c = fine_class(v, wlo, whi, wscale, clamp_lo, clamp_hi);
+                if (c > bstar) {
+                    atomicOr(&out[rrow * MW + (u >> 5)], unit_bit(u));
+                } else if (c == bstar) {
+                    const unsigned slot = atomicAdd(&s_ncand[rr], 1u);  // < CAP: b* holds <= CAP
+                    cand_key[slot * ROWS + rr] = ord_key(v);
+                    cand_idx[slot * ROWS + rr] = u;
+                }
+            }
         }
-        if (rank < s_need[rr]) atomicOr(&out[rrow * MW + (u >> 5)], unit_bit(u));
-    }
+        __syncthreads();
 
-    // ---- flag the rows the host must finish ------------------------------------
-    if (tid < ROWS && row0 + tid < n) flags[row0 + tid] = s_mode[tid] == MODE_FLAGGED ? 1 : 0;
+        // ---- rank the candidates exactly: (key desc, index asc) ----------------------
+        for (int e = tid; e < CAP * ROWS; e += NTHREADS) {
+            const int rr = e % ROWS;
+            const int c = e / ROWS;
+            const long long rrow = row0 + rr;
+            if (rrow >= n || s_mode[rr] != MODE_NORMAL) continue;
+            const unsigned nc = s_ncand[rr];
+            if ((unsigned)c >= nc) continue;
+            const unsigned key = cand_key[c * ROWS + rr];
+            const int u = cand_idx[c * ROWS + rr];
+            unsigned rank = 0;
+            for (unsigned c2 = 0; c2 < nc; ++c2) {
+                const unsigned k2 = cand_key[c2 * ROWS + rr];
+                const int u2 = cand_idx[c2 * ROWS + rr];
+                rank += (k2 > key) || (k2 == key && u2 < u);
+            }
+            if (rank < s_need[rr]) atomicOr(&out[rrow * MW + (u >> 5)], unit_bit(u));
+        }
+
+        // ---- flag the rows the host must finish ------------------------------------
+        if (tid < ROWS && row0 + tid < n) flags[row0 + tid] = s_mode[tid] == MODE_FLAGGED ? 1 : 0;
     }  // group
 }
 

@@ -342,6 +342,11 @@ def _rows_config(n, h, w, defines):
     return kern, blocks, threads, chunk, smem
 
 
+def _row_marks(n, h):
+    """Row marks of ``async_rows`` (int32, one per image row; ``row_active`` in dtcnn.cu)."""
+    return n * h
+
+
 def _rows(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, totals, bar, bar_err):
     """Every sweep in one persistent ``async_rows`` launch (see dtcnn.cu).
 
@@ -349,7 +354,7 @@ def _rows(Z, b, A_dev, gain, a_c, max_iter, defines, first_spacing, flips, de2, 
     last evaluation are skipped, which changes no result (``row_active`` in dtcnn.cu).
     """
     n, h, w = Z.shape
-    rowmark = get_cupy().zeros(n * h, dtype=np.int32)
+    rowmark = get_cupy().zeros(_row_marks(n, h), dtype=np.int32)
     kern, blocks, threads, chunk, smem = _rows_config(n, h, w, defines)
     kern(
         (blocks,),
@@ -629,7 +634,8 @@ class _Plan:
         self.parts = (0, part, 2 * part, 3 * part)
         self.ws_bytes = 3 * part + 2 * size
         self.offsets, self.words = _counter_offsets(n, max_iter)
-        self.mark_words = -(-n * h // 2)  # the row marks (int32) after the counters, zeroed with them
+        # the row marks (int32) after the counters, zeroed with them
+        self.mark_words = -(-_row_marks(n, h) // 2)
 
     def run(self, stk):
         """The four launches on the current stream; waits for the counters (host copy)."""

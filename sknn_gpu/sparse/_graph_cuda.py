@@ -823,6 +823,10 @@ _STOP = -1
 #: Seconds a resident call waits for its answer before it raises RuntimeError.
 RESIDENT_ANSWER_S = 10.0
 
+#: Polls of the done word a resident call makes holding the GIL (~0.1 µs each; a
+#: 5-level call needs ~100) before it yields to other threads between polls.
+RESIDENT_SPIN_ALONE = 4096
+
 
 class ResidentForward:
     """The cluster kernel of one device plan kept resident on the GPU, answering one
@@ -919,8 +923,10 @@ class ResidentForward:
                     self._start(cfg, B)
                     words[_REQ] = s
                 spins += 1
-                if not spins & 0xFFFF:
-                    self._check_alive(s, t0)
+                if spins > RESIDENT_SPIN_ALONE:  # a long wait (a relaunch, a busy GPU): let other threads run
+                    time.sleep(0)
+                    if not spins & 0xFFF:
+                        self._check_alive(s, t0)
             if d["bar_err_np"][0]:  # a wait for a value timed out: the kernel is broken
                 self.stop()
                 _barrier_failed(d)
