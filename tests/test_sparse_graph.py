@@ -908,7 +908,7 @@ def test_gpu_forward_with_cupy_input_resolves_nothing_and_stays_on_the_gpu(monke
 
 
 # ------------------------------------------------------------------ resident kernel
-@pytest.mark.parametrize("bad", [0, 0.0, -1.0, np.nan, np.inf, 4000.0, True, "0.01", None])
+@pytest.mark.parametrize("bad", [0, 0.0, -1.0, np.nan, np.inf, 10.5, True, "0.01", None])
 def test_resident_rejects_a_bad_idle_timeout(bad):
     g = SparseGraph.random_layered(6, 2, 3, 60, random_state=0)
     with pytest.raises(ValueError, match="idle_timeout must be a number of seconds"):
@@ -919,7 +919,7 @@ def test_resident_block_changes_nothing_on_the_cpu(rng):
     g = SparseGraph.random_layered(6, 2, 3, 60, random_state=0)
     X = rng.normal(size=(4, 6))
     ref = g.forward(X, device="cpu")
-    with g.resident(idle_timeout=0.5, device="cpu") as res:
+    with g.resident(idle_timeout=10, device="cpu") as res:  # (the largest timeout allowed)
         assert res is None
         np.testing.assert_array_equal(g.forward(X, device="cpu"), ref)
         np.testing.assert_array_equal(g.forward(X[0], device="cpu"), ref[0])
@@ -951,7 +951,7 @@ def test_gpu_resident_kernel_answers_like_the_launched_path(shape, rng):
     ref3 = g.forward(X[:3], device="cuda")
     np.testing.assert_allclose(ref, g.forward(X, device="cpu"), rtol=1e-5, atol=1e-12)
     mode3 = _exec_config(_resident_plan(g), 3, "auto").get("mode")
-    with g.resident(idle_timeout=60.0) as res:  # (no idle exit: the launches are counted)
+    with g.resident(idle_timeout=10.0) as res:  # (no idle exit: the launches are counted)
         assert res is _resident(g)
         got = np.concatenate([g.forward(X[i : i + 1], device="cuda") for i in range(30)])
         np.testing.assert_array_equal(got, ref)
@@ -971,7 +971,7 @@ def test_gpu_resident_kernel_flags_bad_rows_and_keeps_answering(rng):
     g = SparseGraph.random_layered(12, 3, 6, 4000, random_state=int(rng.integers(1e6)))
     X = rng.normal(size=(4, 12))
     ref = np.concatenate([g.forward(X[i : i + 1], device="cuda") for i in range(4)])
-    with g.resident(idle_timeout=60.0) as res:
+    with g.resident(idle_timeout=10.0) as res:
         for bad in (np.nan, np.inf, -np.inf):
             Xb = X[:1].copy()
             Xb[0, 5] = bad
@@ -1014,7 +1014,7 @@ def test_gpu_resident_kernel_serves_threads_and_nested_blocks(rng):
     def rows(i):
         return [g.forward(X[i : i + 1], device="cuda") for _ in range(25)]
 
-    with g.resident(idle_timeout=60.0) as res:
+    with g.resident(idle_timeout=10.0) as res:
         np.testing.assert_array_equal(g.forward(X[:1], device="cuda"), ref[:1])
         with g.resident() as inner:
             assert inner is res and res.users == 2

@@ -413,7 +413,7 @@ def test_gpu_predict_inside_a_resident_block_gives_the_same_predictions(input_ac
     kw = dict(n_hidden=16, density=0.4, max_iter=3, random_state=0, input_activation=input_activation)
     reg = SparseNetRegressor(device="cuda", **kw).fit(X, y)
     ref = np.concatenate([reg.predict(Xt[i : i + 1]) for i in range(20)])
-    with reg.resident(idle_timeout=60.0) as res:
+    with reg.resident(idle_timeout=10.0) as res:
         got = np.concatenate([reg.predict(Xt[i : i + 1]) for i in range(20)])
         assert res.launches == (1 if input_activation == "identity" else 0)
         with pytest.raises(ValueError, match="NaN"):

@@ -671,14 +671,15 @@ class SparseGraph:
         a call (the next call relaunches it: the cost of one ordinary call) and when the
         last open block of this graph closes (a nested block keeps the outer block's
         ``idle_timeout``). A device-wide synchronization made inside the block waits
-        until it has left. Calls from several threads are serialized. CuPy inputs,
+        until it has left (so does CuPy returning memory to the driver: ``cudaFree``
+        synchronizes the device). Calls from several threads are serialized. CuPy inputs,
         batches the cluster kernel does not run, and other executors take the usual
         path. Needs an x86-64 host (the request protocol relies on its store order).
 
         Parameters
         ----------
         idle_timeout : float, default=0.01
-            Seconds without a call after which the kernel leaves, in (0, 3600].
+            Seconds without a call after which the kernel leaves, in (0, 10].
         device : {'auto', 'cpu', 'cuda'}, default='auto'
             Where the calls of the block will run; on the CPU (``'auto'`` without a
             usable GPU) the block changes nothing.

@@ -96,11 +96,12 @@ def check_slope(slope):
 
 
 def check_idle_timeout(idle_timeout):
-    """``idle_timeout`` (seconds) as a float when it is a real number in (0, 3600], else a
-    clear ValueError."""
+    """``idle_timeout`` (seconds) as a float when it is a real number in (0, 10], else a
+    clear ValueError (a device-wide synchronization waits up to that long for a resident
+    kernel to leave)."""
     ok = isinstance(idle_timeout, Real) and not isinstance(idle_timeout, (bool, np.bool_))
-    if not ok or not 0.0 < idle_timeout <= 3600.0:  # (NaN fails the comparison)
-        raise ValueError(f"idle_timeout must be a number of seconds in (0, 3600], got {idle_timeout!r}.")
+    if not ok or not 0.0 < idle_timeout <= 10.0:  # (NaN fails the comparison)
+        raise ValueError(f"idle_timeout must be a number of seconds in (0, 10], got {idle_timeout!r}.")
     return float(idle_timeout)
 
 

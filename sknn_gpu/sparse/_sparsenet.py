@@ -396,7 +396,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         ----------
         idle_timeout : float, default=0.01
             Seconds without a call after which the kernel leaves (the next call
-            relaunches it), in (0, 3600].
+            relaunches it), in (0, 10].
 
         Returns
         -------
