@@ -937,19 +937,19 @@ class ResidentForward:
             return self.bufs[2].copy()
 
 
-def resident_check(graph, batch=1):
-    """The device plan and cluster configuration a resident session would use for
-    ``batch`` rows, or ValueError naming why the graph cannot be resident."""
+def resident_check(graph):
+    """The device plan and one-row cluster configuration of a resident session, or
+    ValueError naming why the graph cannot be resident."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         # the request protocol relies on the host's stores becoming visible in program order
         raise ValueError(
             f"resident kernels need an x86-64 host (stores kept in order); this is {platform.machine()}."
         )
-    d, cfg = _plan_config(graph, batch, "auto")
+    d, cfg = _plan_config(graph, 1, "auto")
     if cfg.get("mode") != "cluster":
         raise ValueError(
             "this graph cannot run as a resident kernel: its node values "
-            f"({8 * d['n_slots'] * batch:,} bytes at batch {batch}) do not fit one thread-block "
+            f"({8 * d['n_slots']:,} bytes for one row) do not fit one thread-block "
             "cluster's shared memory, or its levels are too wide for one cluster ('auto' runs it "
             "with the fused or per-level executor)."
         )
