@@ -957,6 +957,9 @@ def test_gpu_resident_kernel_answers_like_the_launched_path(shape, rng):
         np.testing.assert_array_equal(got, ref)
         assert res.launches == 1 and res.running
         np.testing.assert_array_equal(g.forward(X[0], device="cuda"), ref[0])  # 1-D in, 1-D out
+        strided = np.repeat(X[:1], 2, axis=1)[0, ::2]  # (a strided view: copied into the pinned row)
+        np.testing.assert_array_equal(g.forward(strided, device="cuda"), ref[0])
+        np.testing.assert_array_equal(g.forward(X[:1].astype(">f8"), device="cuda"), ref[:1])  # usual checks
         # three rows: relaunched for them where the cluster kernel runs three rows, else the usual
         # path, which stops the resident kernel first when it has a grid barrier (every SM needed)
         np.testing.assert_array_equal(g.forward(X[:3], device="cuda"), ref3)
@@ -1056,7 +1059,8 @@ def _fake_resident(monkeypatch, behaviour=None, n_in=3, n_out=2):
     NumPy arrays (no GPU): it answers out = sum(row) * (1, 2, ...) per row, flags a
     non-finite row, leaves on STOP or after its idle time. ``behaviour(launch_number)``
     may return 'leave' (leave at once, saying so, without answering), 'vanish' (leave
-    without a word) or 'mute' (stay, never answer) for a launch."""
+    without a word), 'mute' (stay, never answer) or 'late' (say DONE first, then write the
+    outputs one by one: the device does not order them) for a launch."""
     import threading
     import time as _time
     from types import SimpleNamespace
@@ -1088,7 +1092,14 @@ def _fake_resident(monkeypatch, behaviour=None, n_in=3, n_out=2):
                     rows = x.copy()
                     if not np.isfinite(rows).all():
                         d["flag_np"][0] = 1
-                    out[:] = rows.sum(axis=1, keepdims=True) * np.arange(1, out.shape[1] + 1)
+                    ans = rows.sum(axis=1, keepdims=True) * np.arange(1, out.shape[1] + 1)
+                    if mode == "late":
+                        ctrl[gc._DONE] = v
+                        for i in np.ndindex(out.shape):
+                            _time.sleep(0.002)
+                            out[i] = ans[i]
+                    else:
+                        out[:] = ans
                     ctrl[gc._DONE] = last = v
                     t0 = _time.monotonic()
                 elif mode != "mute" and _time.monotonic() - t0 > idle_ns * 1e-9:
@@ -1145,6 +1156,17 @@ def test_resident_protocol_relaunches_a_kernel_that_left_before_seeing_the_reque
     np.testing.assert_array_equal(res.call(cfg, X[:1]), _expected(X[:1]))
     np.testing.assert_array_equal(res.call(cfg, X[1:]), _expected(X[1:]))
     assert launches == [1, 1]
+    res.stop()
+
+
+def test_resident_protocol_waits_for_every_output_word(monkeypatch, rng):
+    """The kernel writes outputs unfenced and in no order, and its done word may come
+    first: a call returns only when every output word of every row has been written."""
+    res, cfg, _, _ = _fake_resident(monkeypatch, behaviour=lambda n: "late", n_out=2)
+    X = rng.normal(size=(3, 3))
+    for i in range(3):
+        np.testing.assert_array_equal(res.call(cfg, X[i : i + 1]), _expected(X[i : i + 1]))
+    np.testing.assert_array_equal(res.call(cfg, X), _expected(X))
     res.stop()
 
 

@@ -568,6 +568,7 @@ __device__ __forceinline__ double ready_value(const double* sV, int i, int n_in_
         while ((v = *p) == EMPTY_BITS) {
             if ((++spins & 1023u) == 0u && grid_barrier_now_ns() - t0 > GRID_BARRIER_TIMEOUT_NS) {
                 *((volatile int*)bar_err) = 1;  // the host raises; the outputs are discarded
+                __threadfence_system();  // (resident: visible to the host before any output that follows)
                 return 0.0;
             }
         }
@@ -680,9 +681,11 @@ __device__ __forceinline__ void cluster_level(const ClusterPrefetch& p, const Le
             }
             sV[slot] = val;
             if (Vg != nullptr) Vg[slot] = val;
-            if (nc.oi >= 0) {
-                out[b * n_out + nc.oi] = val;  // outputs written where computed
-                if (RESIDENT) __threadfence_system();  // pinned host memory: before the done word
+            if (nc.oi >= 0) {  // outputs written where computed (resident: straight to the host, which
+                if (RESIDENT)  // waits for every output word to change; no fence)
+                    *reinterpret_cast<volatile double*>(out + b * n_out + nc.oi) = val;
+                else
+                    out[b * n_out + nc.oi] = val;
             }
         }
     }
@@ -731,8 +734,14 @@ __device__ __forceinline__ bool cluster_step(const ClusterPrefetch& use, Cluster
 //     and stores them into every replica (a non-finite input is stored as 0 and flagged;
 //     the host discards that request's outputs); one cluster barrier, then the levels as
 //     in the launched kernel (per-value waits for the inputs slowed every level).
-//   * After the last level the writers of outputs have fenced at system scope; a cluster
-//     barrier, then rank 0 fences and writes DONE.
+//   * Outputs go straight to pinned host memory where they are computed, with no fence:
+//     the host fills the outputs with EMPTY before it posts a request and returns once no
+//     output word is EMPTY (no arithmetic makes that NaN; each output is written once per
+//     request). What the host reads after the outputs was fenced by its writer before the
+//     outputs existed: the non-finite-input flag (before the barrier after the inputs) and
+//     a timed-out value wait's bar_err. A cluster barrier then keeps every block from
+//     refilling its replica while another may still store into it; rank 0 fences and
+//     writes DONE (the host only needs DONE to tell an idle exit from an answer).
 // (the words sit 128 bytes apart, one line each; the same line measured no different)
 #define RESIDENT_REQ 0
 #define RESIDENT_DONE 16
@@ -817,7 +826,10 @@ __device__ __forceinline__ void resident_loop(
             for (unsigned c = 1; c < CLUSTER; ++c) store_remote(sV + i, (rank + c) % CLUSTER, x);
             sV[i] = x;
         }
-        if (bad && flag_addr != 0ull) *((volatile int*)flag_addr) = 1;
+        if (bad && flag_addr != 0ull) {
+            *((volatile int*)flag_addr) = 1;
+            __threadfence_system();  // visible to the host before the outputs (written after the barrier)
+        }
 #if CLUSTER == 1
         __syncthreads();
 #else
@@ -832,7 +844,7 @@ __device__ __forceinline__ void resident_loop(
             cluster_step(alt, cur, T, l + 1, n_levels, tid, rank, B, n_in, n_out, indptr, indices, w, bias, resp, act,
                          out_index, ell_src, ell_w, sV, nullptr, out, slope, red, bar_err);
         }
-        cluster_arrive();  // this thread's outputs are written and fenced
+        cluster_arrive();  // no block refills its replica while another may still store into it
         cluster_wait();
 #if CLUSTER == 1
         __syncthreads();  // (a cluster of one block: the barrier above is empty)

@@ -629,6 +629,10 @@ class SparseGraph:
         InsufficientMemoryError
             When the node values of the batch would not fit (before allocating them).
         """
+        if type(X) is np.ndarray and self._dev and (device == "auto" or device == "cuda"):
+            out = _graph_cuda.resident_forward(self, X, executor)  # inside resident(): no launch
+            if out is not None:
+                return same_type_as_input(out, X)
         dense_cupy = is_cupy_array(X)
         if device == "auto" and (dense_cupy or is_device_array(X)):
             device = "cuda"  # a CuPy input runs where it lives

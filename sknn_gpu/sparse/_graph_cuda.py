@@ -34,6 +34,7 @@ __all__ = [
     "forward_host",
     "fits_host_mapped",
     "ResidentForward",
+    "resident_forward",
     "resident_session",
     "backward",
     "prepared_forward",
@@ -95,6 +96,7 @@ def device_plan(graph):
         d["flag_addr"], d["bar_err_addr"] = np.uint64(flag.data.ptr), np.uint64(err.data.ptr)
         d["mapped"] = {}  # (thread, batch, executor) -> forward_host's staging buffers and graph
         d["resident"] = None  # ResidentForward, made by the first resident session
+        d["io_bytes"] = 8 * (d["n_in"] + d["n_out"])  # one row's inputs and outputs
         d["cfg"] = {}
         graph._dev[key] = d
     return d
@@ -614,8 +616,7 @@ def _plan_config(graph, batch, executor):
     """The device plan and launch configuration for ``batch`` rows, after the checks every
     forward pass makes first: an earlier launch's barrier time-out, and the node values
     against free memory."""
-    cp = get_cupy()
-    d = graph._dev.get(cp.cuda.runtime.getDevice())
+    d = graph._dev.get(_device_id())
     if d is None:
         d = device_plan(graph)
     cfg = d["cfg"].get((batch, executor))
@@ -623,7 +624,8 @@ def _plan_config(graph, batch, executor):
         cfg = _exec_config(d, batch, executor)
     if d["bar_err_np"][0]:  # a grid barrier of an earlier launch timed out (host-mapped: no copy)
         _barrier_failed(d)
-    check_memory(cfg["need"], "cuda", "SparseGraph forward (node values)", floor=SMALL_WORK_BYTES)
+    if cfg["need"] > SMALL_WORK_BYTES:  # (smaller work passes check_memory without asking)
+        check_memory(cfg["need"], "cuda", "SparseGraph forward (node values)", floor=SMALL_WORK_BYTES)
     return d, cfg
 
 
@@ -698,6 +700,44 @@ def fits_host_mapped(graph, X):
     )
 
 
+def resident_forward(graph, X, executor="auto"):
+    """The outputs of the small float64 NumPy batch ``X`` (2-D, or 1-D for one row: 1-D
+    out) from the graph's resident kernel on the current device, or None when no resident
+    block of the graph is open there, or its kernel does not take this call (see
+    :func:`fits_host_mapped`; a batch size whose launch configuration is not yet made or
+    is not the cluster executor's). The fast path of :meth:`SparseGraph.forward` and
+    :func:`forward_host`, kept to a few operations (a call is ~20 µs): the checks every
+    launch makes first are left to the kernel's answer (a barrier time-out, a non-finite
+    input), and no memory is allocated."""
+    d = graph._dev.get(_device_id())
+    res = None if d is None else d["resident"]
+    if res is None or not res.users or X.dtype is not _F64:  # (another float64 dtype object: the usual path)
+        return None
+    one = X.ndim == 1
+    B = 1 if one else X.shape[0]
+    if not (one or X.ndim == 2) or X.shape[-1] != d["n_in"] or B * d["io_bytes"] > HOST_MAPPED_MAX_BYTES:
+        return None
+    cfg = d["cfg"].get((B, executor))
+    if cfg is None or cfg.get("mode") != "cluster":
+        return None
+    out = res.call(cfg, X)  # (a row of shape (n_in,) is copied into the (1, n_in) buffer)
+    return out[0] if one else out
+
+
+_F64 = np.dtype(np.float64)
+
+
+_get_device = None
+
+
+def _device_id():
+    """The current CUDA device's ordinal (CuPy's runtime call, looked up once)."""
+    global _get_device
+    if _get_device is None:
+        _get_device = get_cupy().cuda.runtime.getDevice
+    return _get_device()
+
+
 def forward_host(graph, X, executor="auto"):
     """Evaluate a small float64 NumPy batch (see :func:`fits_host_mapped`) with no
     allocation and, from the second call on, one API call: a latency path for one-row
@@ -714,11 +754,14 @@ def forward_host(graph, X, executor="auto"):
     non-finite input raises ValueError (the kernels' flag). Returns a new NumPy array of
     shape (n_samples, n_outputs).
     """
+    out = resident_forward(graph, X, executor)
+    if out is not None:
+        return out
     B = X.shape[0]
     d, cfg = _plan_config(graph, B, executor)
     res = d["resident"]
     if res is not None and res.users and cfg.get("mode") == "cluster":
-        return res.call(cfg, X)
+        return res.call(cfg, X)  # (the first call of this batch size in the block)
     key = (threading.get_ident(), B, executor)
     bufs = d["mapped"].get(key)
     if bufs is None:
@@ -816,14 +859,18 @@ def backward(graph, V, G_out, w, executor="auto"):
 
 # ------------------------------------------------------------------ resident forward kernel
 #: Control words of a resident kernel (int64 in pinned host memory; RESIDENT_* in sparsenet.cu),
-#: 128 bytes apart: the host spins on DONE while the device polls REQ.
+#: 128 bytes apart: the device polls REQ; DONE and EXITED tell an answer from an idle exit.
 _REQ, _DONE, _EXITED = 0, 16, 32
 _STOP = -1
+
+#: The bits of a resident call's output words until the kernel writes them (EMPTY_BITS in
+#: sparsenet.cu: a NaN no arithmetic produces).
+_EMPTY = 0x7FF4DEADBEEF0001
 
 #: Seconds a resident call waits for its answer before it raises RuntimeError.
 RESIDENT_ANSWER_S = 10.0
 
-#: Polls of the done word a resident call makes holding the GIL (~0.1 µs each; a
+#: Polls of the outputs a resident call makes holding the GIL (~0.1 µs each; a
 #: 5-level call needs ~100) before it yields to other threads between polls.
 RESIDENT_SPIN_ALONE = 4096
 
@@ -834,9 +881,10 @@ class ResidentForward:
 
     The kernel (``forward_cluster`` built with ``RESIDENT``) occupies its cluster's SMs
     (up to 16 on an H100) on its own non-blocking stream and polls a request word in
-    pinned host memory. A call writes the rows into pinned host memory, posts the next
-    sequence number and spins until the kernel has written the outputs (also pinned host
-    memory) and the done word: no CUDA API call at all. After ``idle_ns`` without a
+    pinned host memory. A call fills the outputs (also pinned host memory) with
+    ``_EMPTY``, writes the rows, posts the next sequence number and spins until no output
+    word is ``_EMPTY`` any more: no CUDA API call at all, and no fence or done word between
+    the last output and the answer. After ``idle_ns`` without a
     request the kernel leaves by itself; the next call relaunches it. A call for another
     batch size stops the kernel and relaunches it for that size. Calls are serialized by
     a lock. Made and used through :func:`resident_session`.
@@ -853,6 +901,7 @@ class ResidentForward:
         self.ctrl, self.ctrl_dev = host_mapped((_EXITED + 1,), np.int64)
         self.ctrl[:] = 0
         self.words = memoryview(self.ctrl)  # (a memoryview item is read twice as fast as a NumPy one)
+        self.bar_err, self.flag = memoryview(d["bar_err_np"]), memoryview(d["flag_np"])
         self.seq = 0
         self.running = False
         self.launches = 0  # (tests: a relaunch after an idle exit is counted)
@@ -863,7 +912,9 @@ class ResidentForward:
         if self.bufs is None or self.bufs[0].shape[0] != B:
             x_host, x_dev = host_mapped((B, d["n_in"]), np.float64)
             out_host, out_dev = host_mapped((B, d["n_out"]), np.float64)
-            self.bufs = (x_host, x_dev, out_host, out_dev)
+            out_bytes = memoryview(out_host).cast("B")
+            empty = np.full(out_host.size, _EMPTY, dtype=np.int64).tobytes()
+            self.bufs = (x_host, x_dev, out_host, out_dev, out_bytes, out_bytes.cast("q"), empty)
         if self.stream is None:
             self.stream = cp.cuda.Stream(non_blocking=True)
         c = self.ctrl
@@ -889,9 +940,9 @@ class ResidentForward:
         the kernel's stream failed, when the kernel is gone without answering or saying it
         left, or after ``RESIDENT_ANSWER_S`` without an answer (a kernel still queued
         behind other work answers the request later; the next call posts a new one)."""
-        if self.stream.done:  # (raises the stream's CUDA error, if any)
+        if self.stream.done:  # (raises the stream's CUDA error, if any; its writes are all visible now)
             c = self.ctrl
-            if c[_DONE] != s and not c[_EXITED]:
+            if _EMPTY in self.bufs[5] and not (c[_EXITED] and c[_DONE] != s):  # (else: relaunched)
                 self.running = False
                 raise RuntimeError("the resident SparseGraph kernel stopped without answering a request.")
         elif time.monotonic() - t0 > RESIDENT_ANSWER_S:
@@ -901,24 +952,26 @@ class ResidentForward:
             )
 
     def call(self, cfg, X):
-        """Outputs (a new NumPy array) of the rows ``X`` (a float64 NumPy batch that fits
-        :func:`fits_host_mapped`; ``cfg``: its cluster launch configuration)."""
-        d = self.d
-        B = X.shape[0]
+        """Outputs (a new 2-D NumPy array) of the rows ``X`` (a float64 NumPy batch that
+        fits :func:`fits_host_mapped`, or one row as a 1-D array; ``cfg``: the cluster
+        launch configuration of its batch size)."""
+        B = 1 if X.ndim == 1 else X.shape[0]
         with self.lock:
             if self.running and (self.cfg is not cfg or self.bufs[0].shape[0] != B):
                 self.stop()  # another batch size (or executor): relaunch for it
             if not self.running:
                 self._start(cfg, B)
-            np.copyto(self.bufs[0], X)
+            x_host, _, out_host, _, out_bytes, out_words, empty = self.bufs
+            out_bytes[:] = empty  # (every output word is written once per request)
+            np.copyto(x_host, X)
             s = self.seq = self.seq + 1
             words = self.words
-            words[_REQ] = s  # (x86 keeps stores in order: the rows are visible first)
+            words[_REQ] = s  # (x86 keeps stores in order: the rows and EMPTY are visible first)
             spins, t0 = 0, time.monotonic()
-            while words[_DONE] != s:
-                if words[_EXITED]:  # it left (idle) before it saw the request: relaunch, post again
-                    if words[_DONE] == s:
-                        break
+            while out_words[-1] == _EMPTY or _EMPTY in out_words:
+                if words[_EXITED] and words[_DONE] != s:
+                    # it left (idle) before it saw the request: relaunch, post again (once it
+                    # has answered, the outputs are on their way)
                     self.running = False
                     self._start(cfg, B)
                     words[_REQ] = s
@@ -927,14 +980,13 @@ class ResidentForward:
                     time.sleep(0)
                     if not spins & 0xFFF:
                         self._check_alive(s, t0)
-            if d["bar_err_np"][0]:  # a wait for a value timed out: the kernel is broken
+            if self.bar_err[0]:  # a wait for a value timed out: the kernel is broken
                 self.stop()
-                _barrier_failed(d)
-            flag = d["flag_np"]
-            if flag[0]:
-                flag[0] = 0
+                _barrier_failed(self.d)
+            if self.flag[0]:
+                self.flag[0] = 0
                 raise ValueError("X contains NaN or infinite values.")
-            return self.bufs[2].copy()
+            return out_host.copy()
 
 
 def resident_check(graph):
