@@ -503,7 +503,9 @@ def _t_cols_config(m, col_blocks, n_sm):
 #: hold fewer blocks than a quarter of the SMs for more than 2 MiB (tall, narrow
 #: matrices: the workspace split spreads them wider). U is 16 for pairs of blocks and
 #: for 9 to 63 rows per lane, else 8 (on the H100 and the H200 alike, 4096² and 8192²
-#: ran 15-30 % slower with U = 16). ``_T_CLUSTER_FORCE = (U, C)`` forces it (the sweep).
+#: ran 15-30 % slower with U = 16), and 4 for clusters of 8 with 64 rows or more per lane
+#: (H100, 4096² with the streaming loads of gemv.cu's ld_stream: 25.2 µs against 25.6 µs
+#: with U = 8, 29.7 with U = 16). ``_T_CLUSTER_FORCE = (U, C)`` forces it (the sweep).
 _T_CLUSTER_FORCE = None
 _T_CLUSTER_SMALL_BYTES = 2 << 20
 
@@ -539,6 +541,8 @@ def _t_cluster_config(m, col_blocks, n_sm, cc, nbytes):
         if grid <= 2 * n_sm and per_lane >= need:
             if 4 * grid < n_sm and nbytes > _T_CLUSTER_SMALL_BYTES:
                 return None
+            if cs == 8 and per_lane >= 64:
+                return 4, cs  # (4096^2: 25.2 us against 25.6 with U = 8, streaming loads)
             return (16 if cs == 2 or 8 < per_lane < 64 else 8), cs
     return None
 

@@ -359,7 +359,7 @@ def test_transposed_rule_can_be_forced_for_the_tuning_sweep(monkeypatch):
         (256, 256, (8, 4)),  # every row lane keeps >= 8 rows
         (512, 512, (8, 8)),
         (1024, 1024, (16, 8)),
-        (4096, 4096, (8, 8)),  # 32 tiles x 8 = 256 blocks: within 2 per SM
+        (4096, 4096, (4, 8)),  # 32 tiles x 8 = 256 blocks: within 2 per SM; 64 rows per lane: U = 4
         (8192, 8192, (8, 4)),
         (16384, 16384, (16, 2)),  # pairs of blocks load 16 rows at once
         (256, 4096, (16, 2)),  # a grid beyond half the SMs wants >= 16 rows per lane
