@@ -16,6 +16,9 @@ variant             used for
 ``t_cluster``       ``A.T @ x`` on compute capability 9.0: the row splits of a
                     column tile form a thread-block cluster and add their
                     partial sums in distributed shared memory
+``t_small``         ``A.T @ x`` of a small float32 matrix (256 to 1024 rows and
+                    columns, at most 512 x 1024 elements): one block per
+                    narrow column tile sums every row, all loads at once
 ``t_flat``          ``A.T @ x`` with at most 32 columns (tall-skinny)
 ``ger_tiled``       ``A += alpha * outer(x, y)``, vectorised tiles
 ==================  =====================================================
@@ -547,6 +550,28 @@ def _t_cluster_config(m, col_blocks, n_sm, cc, nbytes):
     return None
 
 
+def _t_small_config(m, n, dtype):
+    """``(TC, RL, UR)`` of ``gemv_t_small`` for ``A.T @ x`` of an (m, n) matrix, or None: float32
+    with 256 to 1024 rows and columns and at most 512 x 1024 elements (where it was measured
+    to win). A block sums TC columns over all m rows with RL row lanes, each loading
+    UR >= m / RL rows at once (a power of two: few builds). H100, queued (scratch sweep of
+    TC x RL and an A/B of the trees, docs/performance.md): 8 x 32 up to 512² elements
+    (512²: 2.9 µs against 3.3 µs for clusters of 32-column tiles; 256²: 2.5 against 3.3;
+    1024 x 256: 3.1 against 3.5), else 16 x 16 (512 x 1024: 3.1 against 3.7; 1024 x 512:
+    the same as the cluster kernel; 1024²: 3.9 against 3.87, left to the cluster kernel)."""
+    if (
+        dtype != _F32
+        or not (256 <= m <= 1024 and 256 <= n <= 1024)
+        or m * n > 512 * 1024
+        or _T_CLUSTER_FORCE
+        or _T_COLS_FORCE
+    ):
+        return None
+    tc, rl = (8, 32) if m * n <= 512 * 512 else (16, 16)
+    ur = 1 << (-(-m // rl) - 1).bit_length()
+    return tc, rl, ur
+
+
 def _gemv_plan(lim, m, n, trans, dtype, vector):
     """Kernel, launch shape and fixed arguments for one (shape, dtype, alignment) case.
 
@@ -595,6 +620,11 @@ def _gemv_plan(lim, m, n, trans, dtype, vector):
         k = get_function("gemv", f"gemv_t_flat<{ct}>")
         ws = nsplit * n if nsplit > 1 else 0
         return k, (nsplit,), (256,), ws, (m, n), (rows_per_split,)
+    small = _t_small_config(m, n, dtype)
+    if small is not None:
+        tc, rl, ur = small
+        k = get_function("gemv", f"gemv_t_small<{ct},{tc},{rl},{ur}>")
+        return k, (-(-n // tc),), (tc * rl,), None, (m, n), ()
     cols_per_block = 32 * (vw if vector else 1)
     col_blocks = -(-n // cols_per_block)
     nbytes = m * n * dtype.itemsize

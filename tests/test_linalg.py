@@ -395,10 +395,68 @@ def test_transposed_narrow_tile_rule(m, n, itemsize, want):
     assert not _t_narrow_tiles(m, -(-n // (32 * vw)), 132, (8, 0), m * n * itemsize)
 
 
+@pytest.mark.parametrize(
+    "m, n, want",
+    [
+        (256, 256, (8, 32, 8)),
+        (512, 512, (8, 32, 16)),
+        (300, 700, (8, 32, 16)),  # 10 rows per lane: 16 loads, the last 6 guarded
+        (512, 1024, (16, 16, 32)),  # beyond 512² elements: 16 columns x 16 row lanes
+        (1024, 512, (16, 16, 64)),
+        (1024, 1024, None),  # measured no faster: the cluster kernel
+        (128, 512, None),  # outside 256..1024: the column-tile kernels
+        (2048, 512, None),
+        (512, 2048, None),
+    ],
+)
+def test_transposed_small_rule(m, n, want):
+    from sknn_gpu import linalg
+
+    assert linalg._t_small_config(m, n, np.dtype(np.float32)) == want
+    assert linalg._t_small_config(m, n, np.dtype(np.float64)) is None  # measured for float32 only
+
+
+def test_transposed_small_rule_steps_aside_for_the_tuning_sweep(monkeypatch):
+    from sknn_gpu import linalg
+
+    monkeypatch.setattr(linalg, "_T_CLUSTER_FORCE", (8, 8))
+    assert linalg._t_small_config(512, 512, np.dtype(np.float32)) is None
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("shape", [(512, 512), (300, 700), (1024, 256), (256, 1024), (1024, 512)])
+def test_transposed_small_kernel_matches_cpu(rng, shape):
+    """gemv_t_small (the rule's float32 shapes, rows not a multiple of the lanes included),
+    with alpha and beta and with beta = 0 over a NaN y, against the CPU; the second call
+    takes the cached launch record."""
+    import cupy
+
+    from sknn_gpu import linalg
+    from sknn_gpu._backend import device_limits
+
+    m, n = shape
+    plan = linalg._gemv_plan(device_limits(), m, n, True, np.dtype(np.float32), True)
+    tc, rl, _ = linalg._t_small_config(m, n, np.dtype(np.float32))
+    assert plan[1] == (-(-n // tc),) and plan[2] == (tc * rl,) and plan[3] is None
+    A = rng.standard_normal((m, n)).astype(np.float32)
+    x = rng.standard_normal(m).astype(np.float32)
+    y0 = rng.standard_normal(n).astype(np.float32)
+    want = gemv(A, x, y0.copy(), alpha=0.75, beta=-1.5, trans=True)
+    scale = 0.75 * np.abs(A.T.astype(np.float64)) @ np.abs(x) + 1.5 * np.abs(y0)
+    for _ in range(2):
+        got = gemv(cupy.asarray(A), cupy.asarray(x), cupy.asarray(y0), alpha=0.75, beta=-1.5, trans=True)
+        assert np.all(np.abs(got.get() - want) <= 1e-5 * (1 + scale))
+    y_nan = cupy.full(n, np.nan, dtype=np.float32)
+    got = gemv(cupy.asarray(A), cupy.asarray(x), y_nan, trans=True).get()  # beta = 0: y is never read
+    ref = A.T.astype(np.float64) @ x
+    assert np.all(np.abs(got - ref) <= 1e-5 * (1 + np.abs(A.T.astype(np.float64)) @ np.abs(x)))
+
+
 @pytest.mark.cuda
 def test_transposed_narrow_tiles_match_cpu(rng):
-    """512² float32 A.T @ x in 32-column tiles over clusters of 8 blocks (the rule's case),
-    with alpha and beta, against the CPU."""
+    """2048 x 256 float32 A.T @ x in 32-column tiles over clusters of 8 blocks (the rule's
+    case; 512², where it was measured, now takes gemv_t_small), with alpha and beta,
+    against the CPU."""
     import cupy
 
     from sknn_gpu import linalg
@@ -407,11 +465,11 @@ def test_transposed_narrow_tiles_match_cpu(rng):
     lim = device_limits()
     if lim.compute_capability < (9, 0) or lim.sm_count < 132:
         pytest.skip("the narrow-tile rule applies on compute capability 9.0 with >= 132 SMs")
-    plan = linalg._gemv_plan(lim, 512, 512, True, np.dtype(np.float32), True)
-    assert plan[1] == (16, 8) and plan[2] == (32, 8) and plan[3] is None
-    A = rng.standard_normal((512, 512)).astype(np.float32)
-    x = rng.standard_normal(512).astype(np.float32)
-    y0 = rng.standard_normal(512).astype(np.float32)
+    plan = linalg._gemv_plan(lim, 2048, 256, True, np.dtype(np.float32), True)
+    assert plan[1] == (8, 8) and plan[2] == (32, 8) and plan[3] is None
+    A = rng.standard_normal((2048, 256)).astype(np.float32)
+    x = rng.standard_normal(2048).astype(np.float32)
+    y0 = rng.standard_normal(256).astype(np.float32)
     want = gemv(A, x, y0.copy(), alpha=0.75, beta=-1.5, trans=True)
     scale = 0.75 * np.abs(A.T.astype(np.float64)) @ np.abs(x) + 1.5 * np.abs(y0)
     for _ in range(2):  # the second call takes the cached launch record

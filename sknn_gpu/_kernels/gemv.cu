@@ -16,6 +16,8 @@
 //   gemv_t_cluster the same tiles split over rows into the blocks of one thread-block
 //                  cluster (compute capability 9.0, compiled with T_CLUSTER defined);
 //                  the partial sums meet in distributed shared memory.
+//   gemv_t_small   transposed, small matrix (float32, 256..1024 x 256..1024): one block
+//                  per narrow column tile sums every row, all loads at once.
 //   gemv_t_flat    transposed, few columns (n <= 32): consecutive threads read
 //                  consecutive elements of the flat matrix, each thread keeps one column.
 // beta == 0 never reads y (BLAS semantics: NaN in y is not propagated).
@@ -412,6 +414,42 @@ __global__ void __cluster_dims__(1, T_CLUSTER, 1) __launch_bounds__(256)
     }
 }
 #endif
+
+// gemv_t_small: A.T @ x of a small matrix (linalg._t_small_config), one block per tile of
+// TC columns summing every row: RL row lanes, each loading all of its rows at once (UR >=
+// ceil(m / RL) loads in flight, guarded), then a tree sum over the lanes in shared memory.
+// No split, no workspace, no cluster barrier: at these sizes a call is one round trip to
+// memory and the launch (H100, queued: 512^2 3.0 us against 3.3 us for clusters of
+// 32-column tiles, 256^2 2.6 against 3.4 us; docs/performance.md). Deterministic.
+template <typename T, int TC, int RL, int UR>
+__global__ void __launch_bounds__(TC * RL)
+    gemv_t_small(const T* __restrict__ A, const T* __restrict__ x, T* __restrict__ y, const long long m,
+                 const long long n, const T alpha, const T beta)
+{
+    __shared__ T sm[RL][TC + 1];
+    const int tx = threadIdx.x % TC, ty = threadIdx.x / TC;
+    const long long col = (long long)blockIdx.x * TC + tx;
+    T acc = (T)0;
+    if (col < n) {
+        T a[UR], xi[UR];
+#pragma unroll
+        for (int u = 0; u < UR; ++u) {
+            const long long i = ty + (long long)u * RL;
+            a[u] = i < m ? __ldg(A + i * n + col) : (T)0;
+            xi[u] = i < m ? __ldg(x + i) : (T)0;
+        }
+#pragma unroll
+        for (int u = 0; u < UR; ++u) acc += a[u] * xi[u];
+    }
+    sm[ty][tx] = acc;
+    __syncthreads();
+#pragma unroll
+    for (int s = RL / 2; s > 0; s >>= 1) {
+        if (ty < s) sm[ty][tx] += sm[ty + s][tx];
+        __syncthreads();
+    }
+    if (ty == 0 && col < n) y[col] = finish(sm[0][tx], alpha, beta, y, col);
+}
 
 // n <= 32 columns; blockDim.x == 256; blockIdx.x: range of rows.
 template <typename T>
