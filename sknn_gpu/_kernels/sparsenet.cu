@@ -737,7 +737,8 @@ __device__ __forceinline__ bool cluster_step(const ClusterPrefetch& use, Cluster
 //   * Outputs go straight to pinned host memory where they are computed, with no fence:
 //     the host fills the outputs with EMPTY before it posts a request and returns once no
 //     output word is EMPTY (no arithmetic makes that NaN; each output is written once per
-//     request). What the host reads after the outputs was fenced by its writer before the
+//     request, an aligned 8-byte store that reaches host memory whole, as NCCL's LL
+//     protocol also assumes of PCIe). What the host reads after the outputs was fenced by its writer before the
 //     outputs existed: the non-finite-input flag (before the barrier after the inputs) and
 //     a timed-out value wait's bar_err. A cluster barrier then keeps every block from
 //     refilling its replica while another may still store into it; rank 0 fences and
