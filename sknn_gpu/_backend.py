@@ -198,6 +198,18 @@ def _device_limits(device_id) -> DeviceLimits:
     )
 
 
+_get_device = None
+
+
+def current_device_id() -> int:
+    """The current CUDA device's ordinal (CuPy's runtime call, looked up once: a hot path
+    asks it per call)."""
+    global _get_device
+    if _get_device is None:
+        _get_device = get_cupy().cuda.runtime.getDevice
+    return _get_device()
+
+
 def device_limits(device_id: int | None = None) -> DeviceLimits:
     """Limits of the current (or the given) CUDA device, queried once per device and memoized.
 
@@ -205,7 +217,7 @@ def device_limits(device_id: int | None = None) -> DeviceLimits:
     memory per block and per SM. Kernels size their grids from it.
     """
     if device_id is None:
-        device_id = get_cupy().cuda.runtime.getDevice()
+        device_id = current_device_id()
     return _device_limits(int(device_id))
 
 

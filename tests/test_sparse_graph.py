@@ -1191,3 +1191,47 @@ def test_resident_protocol_flags_bad_rows_and_reports_a_silent_or_mute_kernel(mo
         res.call(cfg, X)
     res.stop()  # a mute kernel still leaves on STOP
     assert not res.running
+
+
+def test_forward_asks_the_resident_path_once(monkeypatch):
+    """g.forward() of a NumPy row (no GPU: the device plan and the device ordinal are
+    stand-ins): inside a resident block the row goes to the resident call, 1-D in and
+    out; without one, forward() asks the resident path once and then takes the launch
+    path (forward_host does not ask again)."""
+    from sknn_gpu.sparse import _graph as G
+    from sknn_gpu.sparse import _graph_cuda as gc
+
+    g = SparseGraph.random_layered(4, 1, 3, 20, random_state=0)
+    rows = []
+
+    class _Resident:
+        users = 1
+
+        def call(self, cfg, X):
+            rows.append(X.shape)
+            return np.full((1, g.n_outputs), 7.0)
+
+    d = {
+        "resident": _Resident(),
+        "n_in": 4,
+        "io_bytes": 8 * (4 + g.n_outputs),
+        "cfg": {(1, "auto"): {"mode": "cluster"}},
+    }
+    g._dev = {0: d}
+    monkeypatch.setattr(gc, "current_device_id", lambda: 0)
+    np.testing.assert_array_equal(g.forward(np.ones(4), device="cuda"), np.full(g.n_outputs, 7.0))
+    assert rows == [(4,)]
+
+    d["resident"] = None
+    asked = []
+    real = gc.resident_forward
+    monkeypatch.setattr(gc, "resident_forward", lambda *a, **k: asked.append(1) or real(*a, **k))
+    monkeypatch.setattr(G, "resolve_device", lambda device: "cuda")
+
+    def launch_path(*a, **k):
+        raise RuntimeError("the launch path")
+
+    monkeypatch.setattr(gc, "_plan_config", launch_path)
+    with pytest.raises(RuntimeError, match="the launch path"):
+        g.forward(np.ones((1, 4)), device="cuda")
+    assert len(asked) == 1

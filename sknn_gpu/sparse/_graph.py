@@ -629,7 +629,8 @@ class SparseGraph:
         InsufficientMemoryError
             When the node values of the batch would not fit (before allocating them).
         """
-        if type(X) is np.ndarray and self._dev and (device == "auto" or device == "cuda"):
+        asked = type(X) is np.ndarray and bool(self._dev) and (device == "auto" or device == "cuda")
+        if asked:
             out = _graph_cuda.resident_forward(self, X, executor)  # inside resident(): no launch
             if out is not None:
                 return same_type_as_input(out, X)
@@ -651,7 +652,7 @@ class SparseGraph:
             # latency path: a small float64 NumPy batch goes through pinned staging (forward_host)
             X2 = X.reshape(1, -1) if X.ndim == 1 else X
             if _graph_cuda.fits_host_mapped(self, X2):
-                out = _graph_cuda.forward_host(self, X2, executor=executor)
+                out = _graph_cuda.forward_host(self, X2, executor=executor, resident=not asked)
                 return same_type_as_input(out[0] if X.ndim == 1 else out, X)
         Xd, one = self._check_X(X, device)
         out = engine(device).forward(self, Xd, executor=executor, check_finite=True)

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from .._backend import SMALL_WORK_BYTES, check_memory, device_limits, get_cupy, host_mapped
+from .._backend import SMALL_WORK_BYTES, check_memory, current_device_id, device_limits, get_cupy, host_mapped
 from .._kernels import (
     allow_large_clusters,
     check_barrier_error,
@@ -50,7 +50,7 @@ FUSED_MAX_MEAN_WORK = 20000
 def device_plan(graph):
     """Plan arrays on the current GPU (cached on the graph, never pickled)."""
     cp = get_cupy()
-    key = cp.cuda.runtime.getDevice()
+    key = current_device_id()
     d = graph._dev.get(key)
     if d is None:
         p = graph.plan
@@ -616,7 +616,7 @@ def _plan_config(graph, batch, executor):
     """The device plan and launch configuration for ``batch`` rows, after the checks every
     forward pass makes first: an earlier launch's barrier time-out, and the node values
     against free memory."""
-    d = graph._dev.get(_device_id())
+    d = graph._dev.get(current_device_id())
     if d is None:
         d = device_plan(graph)
     cfg = d["cfg"].get((batch, executor))
@@ -709,7 +709,7 @@ def resident_forward(graph, X, executor="auto"):
     :func:`forward_host`, kept to a few operations (a call is ~20 µs): the checks every
     launch makes first are left to the kernel's answer (a barrier time-out, a non-finite
     input), and no memory is allocated."""
-    d = graph._dev.get(_device_id())
+    d = graph._dev.get(current_device_id())
     res = None if d is None else d["resident"]
     if res is None or not res.users or X.dtype is not _F64:  # (another float64 dtype object: the usual path)
         return None
@@ -727,18 +727,7 @@ def resident_forward(graph, X, executor="auto"):
 _F64 = np.dtype(np.float64)
 
 
-_get_device = None
-
-
-def _device_id():
-    """The current CUDA device's ordinal (CuPy's runtime call, looked up once)."""
-    global _get_device
-    if _get_device is None:
-        _get_device = get_cupy().cuda.runtime.getDevice
-    return _get_device()
-
-
-def forward_host(graph, X, executor="auto"):
+def forward_host(graph, X, executor="auto", resident=True):
     """Evaluate a small float64 NumPy batch (see :func:`fits_host_mapped`) with no
     allocation and, from the second call on, one API call: a latency path for one-row
     predictions.
@@ -752,11 +741,13 @@ def forward_host(graph, X, executor="auto"):
     per-stream scratch buffer). The buffers and the graph are kept with the device plan
     per (thread, batch size, executor), so concurrent callers do not share them. A
     non-finite input raises ValueError (the kernels' flag). Returns a new NumPy array of
-    shape (n_samples, n_outputs).
+    shape (n_samples, n_outputs). ``resident=False``: the caller has just asked
+    :func:`resident_forward` itself.
     """
-    out = resident_forward(graph, X, executor)
-    if out is not None:
-        return out
+    if resident:
+        out = resident_forward(graph, X, executor)
+        if out is not None:
+            return out
     B = X.shape[0]
     d, cfg = _plan_config(graph, B, executor)
     res = d["resident"]
