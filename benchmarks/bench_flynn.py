@@ -7,8 +7,9 @@ Data: digits (1,797 × 64) and a synthetic mixture (60,000 × 784: 50,000 train,
 10,000 test; 10 classes of 6 Gaussian clusters each (noise 0.4 per feature) around random
 sparse non-negative prototypes, clipped at 0). CPU rows on the large set are
 timed once (they take seconds); GPU rows are medians of CUDA-event timings.
-FlyNN uses the default hash (k=32, expansion 20, 10% connections) with
-gamma=0.5 on digits and gamma=0.9 on the large set (see the comment in main).
+FlyNN runs with its defaults (thermometer encoding over the fitted range, 8,192 cells
+reading 16 inputs, k=256, gamma=0.03 with relative decay); digits also with the papers'
+FlyNN (raw rows, k=32, 20 cells per feature reading 10 % of them, gamma=0.5 ** counts).
 
 Peers as a user with a GPU would write them (issue 13): brute-force 1-NN in PyTorch
 (``torch.cdist`` + ``argmin``, fp32, data on the device), and on the CPU scikit-learn's
@@ -287,15 +288,27 @@ def run_case(name, X_train, X_test, y_train, y_test, params, gpu, quick):
         # where the predict time goes (one batch of the whole test set)
         from sknn_gpu.fly import _flynn_cuda
 
-        Xn = _flynn_cuda.row_normalize(Xte_d)
+        if clf.encoding is not None:  # what the hash reads: the encoding, or the normalised rows
+            stage = (
+                "input encoding",
+                "flynn.cu flynn_encode, one pass to float32",
+                lambda: clf._encode(Xte_d),
+            )
+        else:
+            stage = (
+                "row normalisation",
+                "flynn.cu, one warp per row",
+                lambda: _flynn_cuda.row_normalize(Xte_d),
+            )
+        Xn = stage[2]()
         w = clf.hasher_._winners(Xn)
         fT = cp.ascontiguousarray(clf.filters_.T)
         pred_t.add(
-            "  of which: row normalisation",
+            f"  of which: {stage[0]}",
             "cuda",
-            time_gpu(lambda: _flynn_cuda.row_normalize(Xte_d), repeat=reps * 4),
+            time_gpu(stage[2], repeat=reps * 4),
             "",
-            "flynn.cu, one warp per row",
+            stage[1],
         )
         pred_t.add(
             "  of which: FlyHash winners",
@@ -333,7 +346,7 @@ def _once_or_median(fn, reps):
     return time_cpu(fn, **reps), out
 
 
-SWEEP_PARAMS = dict(gamma=0.9, random_state=0)  # as on the synthetic mixture above
+SWEEP_PARAMS = dict(random_state=0)  # the defaults
 
 
 def gpu_sweep(sizes, n_queries, gpu, quick):
@@ -447,23 +460,23 @@ def main(argv=None):
         X, y = load_digits(return_X_y=True)
         X = X.astype(np.float32)
         parts = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
-        params = dict(gamma=0.5, random_state=0)
-        run_case("digits (gamma=0.5)", *parts, params=params, gpu=gpu, quick=args.quick)
-        # the user guide's population-coding recipe; an encoding needs features in [0, 1]
-        # (digits' pixels are 0..16)
-        recipe = dict(encoding="population", n_components=16384, connection_sparsity=0.2, k=128)
-        recipe.update(normalize=False, gamma=0.5, random_state=0)
-        scaled = [parts[0] / 16, parts[1] / 16, parts[2], parts[3]]
-        run_case("digits, encoding='population' recipe", *scaled, params=recipe, gpu=gpu, quick=args.quick)
+        run_case("digits (defaults)", *parts, params=dict(random_state=0), gpu=gpu, quick=args.quick)
+        papers = dict(
+            encoding=None, n_components=None, connection_sparsity=0.1, k=32, gamma=0.5, decay="count"
+        )
+        run_case(
+            "digits (the papers' FlyNN)",
+            *parts,
+            params=dict(papers, random_state=0),
+            gpu=gpu,
+            quick=args.quick,
+        )
     if "synthetic" not in only:
         return
 
-    # with 5,000 samples per class the counts grow large and gamma=0.5 saturates the
-    # filters (accuracy 0.958 on the CPU); gamma=0.9 keeps them informative (0.999)
     n_train, n_test = (5_000, 1_000) if args.quick else (50_000, 10_000)
     parts = synthetic(n_train, n_test)
-    params = dict(gamma=0.9, random_state=0)
-    run_case("synthetic mixture (gamma=0.9)", *parts, params=params, gpu=gpu, quick=args.quick)
+    run_case("synthetic mixture (defaults)", *parts, params=dict(random_state=0), gpu=gpu, quick=args.quick)
 
 
 if __name__ == "__main__":

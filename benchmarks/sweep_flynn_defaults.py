@@ -1,20 +1,25 @@
 """FlyNN defaults sweep (issue 13 item 3): cross-validated accuracy of FlyNNClassifier on
-scikit-learn's offline datasets (digits, iris, wine, breast_cancer; MinMax-scaled, 5
-stratified folds) over expansion_factor x k x gamma, against the best of 1/3/5-NN.
+scikit-learn's offline datasets (digits, iris, wine, breast_cancer; 5 stratified folds)
+against the best of 1/3/5-NN (MinMax-scaled).
 
-Prints kNN's accuracy per dataset, kNN's on rows with their offset and scale removed
-(what FlyHash's winners can see), the 8 settings with the smallest mean gap to kNN, and
-today's defaults. CPU, about a minute: ``python benchmarks/sweep_flynn_defaults.py``.
-``--wide`` sweeps the other axes instead: ``normalize`` x ``n_components`` (the default
-``20 * n_features``, or 2,000 / 4,000 / 8,000 cells) x ``k`` x ``connection_sparsity``
-(0.1, 0.3) x ``gamma`` (0.5, 0.8), and prints the 12 best settings.
-``--encodings`` cross-validates the input encodings (``encoding='complement'`` and
-``'population'``, ``MinMaxScaler(clip=True)``, ``normalize=False``) over
-``n_components`` (8,192 / 16,384) x ``connection_sparsity`` (0.05 / 0.1 / 0.2) x ``k``
-(64 / 128 / 256) x ``gamma`` (0.5 / 0.8) with seed 0, then the 4 best of each
-encoding over 5 seeds (mean and range); about 10 minutes on 2 cores. ``--plot`` draws
-``docs/user_guide/flynn_encodings.png`` (accuracy per dataset of k-NN, of k-NN on what
-the default hash sees, of the defaults and of both encodings' recipes; seconds).
+``--defaults`` (CPU, about 5 minutes on 2 cores) is the sweep behind today's defaults:
+the encodings (``'thermometer'``, ``'population'``, ``'complement'``, ``None``) with the
+filters' ``decay`` (``'relative'``, ``'count'``) and ``gamma``, at 8,192 cells reading at
+most 16 inputs with k=256, then size variants of the thermometer. Every row gives the mean
+gap to k-NN over 5 seeds (and its range), the accuracies, and the accuracy on the
+synthetic FashionMNIST-shaped mixture of ``bench_flynn.py`` (784 sparse, noisy features;
+1,000 queries) at 4,000 and 60,000 training rows, which shows whether a recipe survives
+many near-zero features and a large training set. Encodings run on the raw features
+(``input_range='fit'`` scales them); the raw hash runs after a ``MinMaxScaler``, as in the
+papers. Then the defaults on digits over ten 70/30 splits (the issue's measure).
+``--plot`` draws ``docs/user_guide/flynn_encodings.png`` from seed 0 (seconds).
+
+The older modes searched the papers' FlyNN (raw features, ``gamma ** counts``; this
+package's defaults before 2026-11-26) and the first encodings: the default mode over
+expansion_factor x k x gamma; ``--wide`` over ``normalize`` x ``n_components`` x ``k`` x
+``connection_sparsity`` x ``gamma``; ``--encodings`` over the ``'complement'`` and
+``'population'`` encodings of ``MinMaxScaler(clip=True)`` features with ``gamma **
+counts`` (about 10 minutes).
 """
 
 import itertools
@@ -46,6 +51,9 @@ for name, (X, y) in data.items():
     )
 print("knn", {k: round(v, 3) for k, v in knn.items()})
 
+#: The papers' FlyNN (this package's defaults before 2026-11-26): what the older modes sweep.
+PAPERS = dict(encoding=None, n_components=None, connection_sparsity=0.1, k=32, gamma=0.5, decay="count")
+
 
 def _row_centred_unit(X):
     X = X - X.mean(axis=1, keepdims=True)
@@ -73,7 +81,7 @@ def cv_accuracy(**params):
     accs = {}
     for name, (X, y) in data.items():
         m = params.get("n_components") or int(params.get("expansion_factor", 20.0) * X.shape[1])
-        p = {**params, "k": min(params["k"], m // 2)}
+        p = {**PAPERS, **params, "k": min(params["k"], m // 2)}
         clf = make_pipeline(MinMaxScaler(), FlyNNClassifier(**p, random_state=0, device="cpu"))
         accs[name] = cross_val_score(clf, X, y, cv=cv).mean()
     return np.mean([knn[n] - accs[n] for n in data]), accs
@@ -88,10 +96,84 @@ def encoding_cv(encoding, seed, **params):
     accs = {}
     for name, (X, y) in data.items():
         p = {**params, "k": min(params["k"], params["n_components"] // 2)}
-        clf = FlyNNClassifier(encoding=encoding, **p, normalize=False, random_state=seed, device="cpu")
+        p.update(input_range=(0, 1), decay="count", normalize=False)
+        clf = FlyNNClassifier(encoding=encoding, **p, random_state=seed, device="cpu")
         accs[name] = cross_val_score(make_pipeline(MinMaxScaler(clip=True), clf), X, y, cv=cv).mean()
     return np.mean([knn[n] - accs[n] for n in data]), accs
 
+
+def fmnist_like_accuracy(params, sizes=(4000, 60000), scaled=False):
+    """Accuracy on bench_flynn's synthetic FashionMNIST-shaped mixture, 1,000 queries."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_flynn import fmnist_like
+
+    X, y = fmnist_like(max(sizes) + 1000, seed=2)
+    Q, yq = X[-1000:], y[-1000:]
+    out = []
+    for n in sizes:
+        clf = FlyNNClassifier(**params, random_state=0, device="cpu")
+        if scaled:
+            clf = make_pipeline(MinMaxScaler(), clf)
+        out.append(float(np.mean(clf.fit(X[:n], y[:n]).predict(Q) == yq)))
+    return out
+
+
+def defaults_cv(seeds, scaled=False, **params):
+    """Mean gap to k-NN over ``seeds`` and the mean accuracy per dataset."""
+    runs = []
+    for seed in seeds:
+        accs = {}
+        for name, (X, y) in data.items():
+            clf = FlyNNClassifier(**params, random_state=seed, device="cpu")
+            if scaled:
+                clf = make_pipeline(MinMaxScaler(), clf)
+            accs[name] = cross_val_score(clf, X, y, cv=cv).mean()
+        runs.append((np.mean([knn[n] - accs[n] for n in data]), accs))
+    gaps = [r[0] for r in runs]
+    return gaps, {n: float(np.mean([r[1][n] for r in runs])) for n in data}
+
+
+#: The rows of ``--defaults``: (label, parameters, whether a MinMaxScaler goes first).
+DEFAULTS_GRID = [
+    ("the papers' FlyNN (former defaults)", PAPERS, True),
+    ("raw features, defaults' sizes and filters", dict(encoding=None), True),
+    *[(f"thermometer, relative, gamma={g}", dict(gamma=g), False) for g in (0.03, 0.1, 0.3)],
+    ("thermometer, count, gamma=0.3", dict(gamma=0.3, decay="count"), False),
+    *[
+        (f"population, relative, gamma={g}", dict(encoding="population", gamma=g), False)
+        for g in (0.03, 0.1, 0.3)
+    ],
+    ("population, count, gamma=0.3", dict(encoding="population", gamma=0.3, decay="count"), False),
+    ("complement, relative, gamma=0.1", dict(encoding="complement", gamma=0.1), False),
+    ("thermometer, 16,384 cells", dict(n_components=16384), False),
+    ("thermometer, k=128", dict(k=128), False),
+    ("thermometer, k=512", dict(k=512), False),
+]
+
+if "--defaults" in sys.argv:
+    from sklearn.model_selection import train_test_split
+
+    for label, params, scaled in DEFAULTS_GRID:
+        gaps, accs = defaults_cv(range(5), scaled=scaled, **params)
+        fm = fmnist_like_accuracy(params, scaled=scaled)
+        print(
+            f"gap {np.mean(gaps):.4f} [{min(gaps):.4f}..{max(gaps):.4f}] {label:42s}",
+            {n: round(a, 3) for n, a in accs.items()},
+            f"fmnist-like 4k {fm[0]:.3f} 60k {fm[1]:.3f}",
+            flush=True,
+        )
+    X, y = data["digits"]
+    splits = [train_test_split(X, y, test_size=0.3, random_state=s) for s in range(10)]
+    acc = [
+        FlyNNClassifier(random_state=s, device="cpu").fit(a, c).score(b, d)
+        for s, (a, b, c, d) in enumerate(splits)
+    ]
+    nn3 = [KNeighborsClassifier(3).fit(a, c).score(b, d) for a, b, c, d in splits]
+    print(
+        f"FlyNNClassifier() on raw digits, ten 70/30 splits: mean {np.mean(acc):.4f} "
+        f"(min {min(acc):.4f}, max {max(acc):.4f}); 3-NN mean {np.mean(nn3):.4f}"
+    )
+    sys.exit(0)
 
 if "--plot" in sys.argv:
     import matplotlib
@@ -99,32 +181,40 @@ if "--plot" in sys.argv:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    recipe = dict(connection_sparsity=0.2, gamma=0.5)
-    bars = {
-        "k-NN": knn,
-        "k-NN on centred unit rows (what the default hash sees)": knn_seen,
-        "FlyNN defaults": cv_accuracy(expansion_factor=20.0, k=32, gamma=0.5)[1],
-        "FlyNN, encoding='complement', 8,192 cells, k=256": encoding_cv(
-            "complement", 0, n_components=8192, k=256, **recipe
-        )[1],
-        "FlyNN, encoding='population', 16,384 cells, k=128": encoding_cv(
-            "population", 0, n_components=16384, k=128, **recipe
-        )[1],
-    }
+    sets = [*data, "FashionMNIST-like\n(60k rows)"]
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_flynn import fmnist_like
+
+    Xf, yf = fmnist_like(61000, seed=2)
+    knn_fm = KNeighborsClassifier(1).fit(Xf[:60000], yf[:60000]).score(Xf[-1000:], yf[-1000:])
+    bars = {"k-NN (best of 1, 3, 5; 1-NN on the mixture)": [*knn.values(), knn_fm]}
+    for label, params, scaled in (
+        ("FlyNN of the papers (former defaults)", PAPERS, True),
+        (
+            "FlyNN, encoding='population', decay='count', gamma=0.3",
+            dict(encoding="population", gamma=0.3, decay="count"),
+            False,
+        ),
+        ("FlyNN defaults: encoding='thermometer', decay='relative'", {}, False),
+    ):
+        _, accs = defaults_cv([0], scaled=scaled, **params)
+        bars[label] = [*accs.values(), fmnist_like_accuracy(params, sizes=(60000,), scaled=scaled)[0]]
     for label, accs in bars.items():
-        per = ", ".join(f"{n} {a:.3f}" for n, a in accs.items())
-        print(f"{label}: {per}; mean {np.mean([*accs.values()]):.3f}")
-    fig, ax = plt.subplots(figsize=(9, 4.6))
+        per = ", ".join(f"{n.split(chr(10))[0]} {a:.3f}" for n, a in zip(sets, accs, strict=True))
+        print(f"{label}: {per}")
+    fig, ax = plt.subplots(figsize=(9.5, 4.6))
     width = 0.8 / len(bars)
-    colors = ["0.25", "0.6", "tab:red", "tab:orange", "tab:blue"]
+    colors = ["0.3", "tab:red", "tab:orange", "tab:blue"]
     for i, (label, accs) in enumerate(bars.items()):
-        xs = np.arange(len(data)) + (i - (len(bars) - 1) / 2) * width
-        ax.bar(xs, [accs[n] for n in data], width, label=label, color=colors[i])
-    ax.set_xticks(np.arange(len(data)), list(data))
-    ax.set_ylim(0.75, 1.0)
-    ax.set_ylabel("5-fold accuracy")
-    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, frameon=False)
-    ax.set_title("FlyNN against k-NN on scikit-learn's offline datasets (CPU, seed 0)", fontsize=10)
+        xs = np.arange(len(sets)) + (i - (len(bars) - 1) / 2) * width
+        ax.bar(xs, accs, width, label=label, color=colors[i])
+    ax.set_xticks(np.arange(len(sets)), sets)
+    ax.set_ylim(0.4, 1.0)
+    ax.set_ylabel("accuracy (5-fold CV; the mixture: 1,000 queries)")
+    ax.legend(fontsize=7.5, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, frameon=False)
+    ax.set_title(
+        "FlyNN against k-NN: scikit-learn's offline datasets and a FashionMNIST-shaped mixture", fontsize=9.5
+    )
     fig.tight_layout()
     out = Path(__file__).resolve().parents[1] / "docs" / "user_guide" / "flynn_encodings.png"
     fig.savefig(out, dpi=110)

@@ -9,8 +9,9 @@ model back once. The server merges the models with
 :func:`~sknn_gpu.fly.merge_flynn`: the counts add up, so the merged model is
 bit-identical to a model fitted on the pooled data, which no one ever saw.
 
-The parties agree beforehand on the hashing parameters and an integer
-``random_state``, so they draw the same projection. In a private
+The parties agree beforehand on the hashing parameters, an integer
+``random_state`` (so they draw the same projection) and the range of the
+features that the encoding tiles (``input_range``; digits' pixels are 0..16). In a private
 variant each party privatises its counts first (:meth:`FlyNNClassifier.privatize`),
 so what leaves the party is epsilon-differentially private.
 """
@@ -25,7 +26,7 @@ from sklearn.model_selection import train_test_split
 
 from sknn_gpu.fly import FlyNNClassifier, merge_flynn
 
-PARAMS = dict(k=32, gamma=0.5, random_state=0, device="cpu")
+PARAMS = dict(input_range=(0, 16), random_state=0, device="cpu")
 
 
 def party(X, y, epsilon=None):

@@ -25,7 +25,9 @@ from sknn_gpu.fly import FlyNNClassifier, fit_federated
 def main():
     X, y = load_digits(return_X_y=True)
     X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
-    params = dict(k=32, gamma=0.5, random_state=0, device="cpu")
+    # input_range='fit' (the default): the shards first send their features' minima and
+    # maxima, so every party encodes over the pooled range, as one fit on all rows would
+    params = dict(random_state=0, device="cpu")
 
     with (
         LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as cluster,

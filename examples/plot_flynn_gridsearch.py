@@ -5,7 +5,7 @@ FlyNN on digits: accuracy over gamma × k, and the price of privacy
 :class:`~sknn_gpu.fly.FlyNNClassifier` has two knobs that matter most: the
 number of winners ``k`` of the FlyHash code and the filter decay ``gamma``
 (``gamma = 0``: binary Fly Bloom filters; closer to 1: cells used by many
-training samples count more). A cross-validated grid search over both is an
+training samples count more; the defaults are ``k=256`` and ``gamma=0.03``). A cross-validated grid search over both is an
 ordinary scikit-learn ``GridSearchCV``.
 
 The second figure shows the accuracy of differentially private releases
@@ -25,8 +25,8 @@ from sknn_gpu.fly import FlyNNClassifier
 X, y = load_digits(return_X_y=True)
 X_train, X_test, y_train, y_test = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
 
-gammas = [0.0, 0.3, 0.6, 0.9]
-ks = [8, 32, 128]
+gammas = [0.0, 0.03, 0.3, 0.9]
+ks = [64, 256, 1024]
 search = GridSearchCV(
     FlyNNClassifier(random_state=0),
     {"gamma": gammas, "k": ks},

@@ -34,7 +34,8 @@ def _demo_flynn(device):
 
     def work():
         parts = np.array_split(np.arange(len(y_train)), 3)
-        params = dict(gamma=0.5, random_state=0, device=device)
+        # the parties share the projection and the pixels' range (0..16), so their counts add up
+        params = dict(input_range=(0, 16), random_state=0, device=device)
         models = [FlyNNClassifier(**params).fit(X_train[p], y_train[p]) for p in parts]
         merged = merge_flynn(models)
         return merged, merged.score(X_test, y_test)

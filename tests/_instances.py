@@ -78,14 +78,6 @@ _DTCNN_XFAIL.update(
 )
 
 EXPECTED_FAILED_CHECKS = {
-    "FlyNNClassifier": {
-        "check_classifiers_train": (
-            "the check needs 83% accuracy on 2-feature blobs, but a FlyHash code of a 2-feature row "
-            "carries almost nothing: every cell sums the same fixed subset of the (at most 2) inputs "
-            "and the winner-take-all ignores the row's scale, so all rows get (nearly) the same code; "
-            "predict/decision_function/predict_proba consistency is tested in tests/test_flynn.py"
-        ),
-    },
     "DTCNNHalftoner": _DTCNN_XFAIL,
     "GBNNMemory": {
         name: (

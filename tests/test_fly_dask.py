@@ -139,7 +139,8 @@ def test_flynn_fit_with_differently_chunked_y(dask_client, digits):
 
 
 def test_flynn_fit_sends_only_counts_to_the_client(dask_client, digits, monkeypatch):
-    """What the one compute of the counts returns is a table (n_classes, m) and a row count."""
+    """What the computes return: the class labels, each feature's (min, max) (the encoding's
+    fitted range, 2 x 64 numbers), then one table (n_classes, m) and a row count."""
     X, y = digits
     seen = []
     real = dask.compute
@@ -151,10 +152,11 @@ def test_flynn_fit_sends_only_counts_to_the_client(dask_client, digits, monkeypa
 
     monkeypatch.setattr(dask, "compute", spy)
     est = _fly().fit(_dX(X), da.from_array(y, chunks=(ROWS,)))
-    classes, (table, n) = seen[0][0], seen[1][0]
+    classes, (low, high), (table, n) = seen[0][0], seen[1][0], seen[2][0]
     assert np.array_equal(classes, np.arange(10))
+    assert np.array_equal(low, X.min(axis=0)) and np.array_equal(high, X.max(axis=0))
     assert table.shape == est.counts_.shape and n == X.shape[0]
-    assert len(seen) == 2
+    assert len(seen) == 3
 
 
 def test_flynn_reduction_tree_is_exercised(dask_client, digits, monkeypatch):

@@ -342,7 +342,8 @@ def test_cuda_every_rows_per_block_variant_matches_cpu(rows, monkeypatch, rng):
 
 
 _PAPER = dict(expansion_factor=32, connection_sparsity=0.05, k=0.05)
-_FLYNN = dict(expansion_factor=20, connection_sparsity=0.1, k=32)  # FlyNNClassifier's defaults
+# FlyNNClassifier's defaults before 2026-11-26 (the raw features' hash)
+_FLYNN = dict(expansion_factor=20, connection_sparsity=0.1, k=32)
 
 
 @pytest.mark.cuda

@@ -91,8 +91,9 @@ def test_precision_setting_errors():
 
 def test_flynn_reads_precision_at_every_call():
     X, y = load_digits(return_X_y=True)  # whole numbers 0..16
-    clf = FlyNNClassifier(normalize=False, precision="integer", random_state=0, device="cpu").fit(X, y)
-    ref = FlyNNClassifier(normalize=False, random_state=0, device="cpu").fit(X, y)
+    raw = dict(encoding=None, normalize=False, random_state=0, device="cpu")  # the raw pixels
+    clf = FlyNNClassifier(precision="integer", **raw).fit(X, y)
+    ref = FlyNNClassifier(**raw).fit(X, y)
     np.testing.assert_array_equal(clf.counts_, ref.counts_)
     clf.set_params(precision="fast")
     np.testing.assert_array_equal(clf.predict(X), ref.predict(X))

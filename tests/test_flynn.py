@@ -21,6 +21,16 @@ def digits():
     return train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
 
 
+#: The raw FlyHash of the papers (no encoding): for the tests of the hash's own properties
+#: (counts of its winners, normalisation, float32 range, sparse hashing).
+RAW = dict(encoding=None)
+
+
+def _fixed_range(X):
+    """A fixed ``input_range`` over ``X``: the same encoding for every subset (streaming, parties)."""
+    return dict(input_range=(X.min(axis=0), X.max(axis=0)))
+
+
 def _blobs(rng, n=240, d=12, n_classes=4):
     centers = rng.normal(scale=3.0, size=(n_classes, d))
     y = rng.integers(0, n_classes, size=n)
@@ -31,7 +41,7 @@ def _blobs(rng, n=240, d=12, n_classes=4):
 def _codes_counts(clf, X, y):
     """Independent count table: one-hot codes from the hasher, summed per class with np.add.at."""
     Xd = _on(clf, np.asarray(X, dtype=np.float64))
-    w = to_host(clf.hasher_._winners(engine(clf.device_).row_normalize(Xd) if clf.normalize else Xd))
+    w = to_host(clf.hasher_._winners(engine(clf.device_).row_normalize(Xd) if clf._normalizes() else Xd))
     counts = np.zeros((len(clf.classes_), clf.n_components_), dtype=np.int64)
     rows = np.searchsorted(clf.classes_, y)
     np.add.at(counts, (np.repeat(rows, w.shape[1]), w.ravel()), 1)
@@ -51,7 +61,7 @@ def _on(clf, X):
 
 def test_counts_are_winner_counts_per_class(device, rng):
     X, y = _blobs(rng)
-    clf = FlyNNClassifier(k=8, gamma=0.5, random_state=3, device=device).fit(X, y)
+    clf = FlyNNClassifier(k=8, gamma=0.5, random_state=3, device=device, **RAW).fit(X, y)
     expected, w = _codes_counts(clf, X, y)
     counts = to_host(clf.counts_)
     assert counts.dtype == np.int64
@@ -63,10 +73,30 @@ def test_counts_are_winner_counts_per_class(device, rng):
 
 def test_filters_are_gamma_power_of_counts(device, rng):
     X, y = _blobs(rng)
-    clf = FlyNNClassifier(k=8, gamma=0.3, random_state=0, device=device).fit(X, y)
+    clf = FlyNNClassifier(k=8, gamma=0.3, decay="count", random_state=0, device=device).fit(X, y)
     counts, filters = to_host(clf.counts_), to_host(clf.filters_)
     assert filters.shape == counts.shape == (len(clf.classes_), clf.n_components_)
     assert np.allclose(filters, 0.3**counts, rtol=0, atol=0)
+    # decay='relative' (the default): the exponent is each count over its class's mean count
+    rel = FlyNNClassifier(k=8, gamma=0.3, random_state=0, device=device).fit(X, y)
+    assert np.array_equal(to_host(rel.counts_), counts)
+    mean = counts.sum(axis=1, keepdims=True) / counts.shape[1]
+    np.testing.assert_array_equal(to_host(rel.filters_), 0.3 ** (counts / mean))
+
+
+def test_relative_decay_does_not_saturate_as_the_training_set_grows(rng):
+    """With decay='count' ten copies of the training set drive every used cell's weight
+    to ~0 (gamma ** (10 z)); with decay='relative' the filters, and so the predictions,
+    do not change at all."""
+    X, y = _blobs(rng, n=200)
+    Xt, _ = _blobs(rng, n=100)
+    big_X, big_y = np.tile(X, (10, 1)), np.tile(y, 10)
+    for decay, same in (("relative", True), ("count", False)):
+        params = dict(k=8, gamma=0.5, decay=decay, random_state=0, device="cpu")
+        small = FlyNNClassifier(**params).fit(X, y)
+        big = FlyNNClassifier(**params).fit(big_X, big_y)
+        assert np.array_equal(big.counts_, 10 * small.counts_)
+        assert np.array_equal(big.filters_, small.filters_) is same
 
 
 def test_gamma_zero_gives_binary_filters(device, rng):
@@ -84,15 +114,16 @@ def test_gamma_zero_gives_binary_filters(device, rng):
 
 def test_partial_fit_equals_fit(device, rng):
     X, y = _blobs(rng, n=300)
-    full = FlyNNClassifier(k=8, random_state=1, device=device).fit(X, y)
-    stream = FlyNNClassifier(k=8, random_state=1, device=device)
+    fixed = _fixed_range(X)  # under input_range='fit' the stream would tile its first batch's range
+    full = FlyNNClassifier(k=8, random_state=1, device=device, **fixed).fit(X, y)
+    stream = FlyNNClassifier(k=8, random_state=1, device=device, **fixed)
     cuts = np.sort(rng.choice(np.arange(1, len(y)), size=4, replace=False))
     for i, part in enumerate(np.split(np.arange(len(y)), cuts)):
         stream.partial_fit(X[part], y[part], classes=np.unique(y) if i == 0 else None)
     assert np.array_equal(to_host(stream.counts_), to_host(full.counts_))
     assert np.array_equal(to_host(stream.predict(X)), to_host(full.predict(X)))
     # the internal batch size changes nothing either
-    small = FlyNNClassifier(k=8, random_state=1, batch_size=7, device=device).fit(X, y)
+    small = FlyNNClassifier(k=8, random_state=1, batch_size=7, device=device, **fixed).fit(X, y)
     assert np.array_equal(to_host(small.counts_), to_host(full.counts_))
     assert np.array_equal(to_host(small.novelty(X)), to_host(full.novelty(X)))
 
@@ -179,10 +210,11 @@ def test_normalize_protects_against_a_large_offset(digits):
     # unless the rows are centred (in float64) first.
     X_train, X_test, y_train, y_test = digits
     off = 1e8
-    plain = FlyNNClassifier(gamma=0.5, random_state=0, device="cpu").fit(X_train, y_train)
+    plain = FlyNNClassifier(gamma=0.5, random_state=0, device="cpu", **RAW).fit(X_train, y_train)
     base = plain.score(X_test, y_test)
-    on = FlyNNClassifier(gamma=0.5, normalize=True, random_state=0, device="cpu").fit(X_train + off, y_train)
-    off_ = FlyNNClassifier(gamma=0.5, normalize=False, random_state=0, device="cpu").fit(
+    on = FlyNNClassifier(gamma=0.5, normalize=True, random_state=0, device="cpu", **RAW)
+    on.fit(X_train + off, y_train)
+    off_ = FlyNNClassifier(gamma=0.5, normalize=False, random_state=0, device="cpu", **RAW).fit(
         X_train + off, y_train
     )
     assert on.score(X_test + off, y_test) == pytest.approx(base, abs=0.01)
@@ -230,7 +262,7 @@ def test_merge_of_three_parties_equals_pooled_fit(device, rng, split):
         groups = [{0, 1}, {1, 2, 3}, {4}]
         parts = [np.flatnonzero(np.isin(y, sorted(g))) for g in groups]
         parts[1] = parts[1][~np.isin(parts[1], parts[0])]
-    params = dict(k=8, gamma=0.4, random_state=7, device=device)
+    params = dict(k=8, gamma=0.4, random_state=7, device=device, **_fixed_range(X))
     models = [FlyNNClassifier(**params).fit(X[p], y[p]) for p in parts]
     if split == "non_iid":
         assert len({tuple(m.classes_) for m in models}) == 3
@@ -261,6 +293,12 @@ def test_merge_refuses_mismatched_parties(rng):
 
     with pytest.raises(NotFittedError):
         merge_flynn([a, FlyNNClassifier(k=8, random_state=0)])
+    # input_range='fit': each party fits its own range, which the merge refuses (naming the fix)
+    halves = [FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X[i::2], y[i::2]) for i in (0, 1)]
+    with pytest.raises(ValueError, match=r"models\[1\] encodes its features over a different input range"):
+        merge_flynn(halves)
+    with pytest.raises(ValueError, match="input_range"):
+        merge_flynn([a, FlyNNClassifier(k=8, random_state=0, device="cpu", **_fixed_range(X)).fit(X, y)])
 
 
 # --------------------------------------------------------------------------- #
@@ -282,7 +320,7 @@ def test_privatize_releases_n_entries_per_class(rng):
     assert np.all(counts[~mask] == 0.0)
     assert np.all(counts >= 0.0)
     assert priv.dp_scale_ == pytest.approx(2 * T / 2.0)
-    assert np.array_equal(priv.filters_, clf.gamma**counts)
+    assert np.array_equal(priv.filters_, clf.gamma ** clf._decay_exponent(counts))
     # the original model is untouched; same seed -> same release, other seed -> another
     assert clf.counts_.dtype == np.int64
     again = clf.privatize(epsilon=2.0, n_released=T, random_state=5)
@@ -452,10 +490,12 @@ def test_gpu_partial_fit_merge_and_pickle_to_cpu(rng):
 
     X, y = _blobs(rng, n=300)
     parts = np.array_split(np.arange(len(y)), 3)
+    fixed = _fixed_range(X)  # parties share the encoding's range
     gpu_models = [
-        FlyNNClassifier(k=8, random_state=2, device="cuda").fit(cp.asarray(X[p]), y[p]) for p in parts
+        FlyNNClassifier(k=8, random_state=2, device="cuda", **fixed).fit(cp.asarray(X[p]), y[p])
+        for p in parts
     ]
-    cpu = FlyNNClassifier(k=8, random_state=2, device="cpu").fit(X, y)
+    cpu = FlyNNClassifier(k=8, random_state=2, device="cpu", **fixed).fit(X, y)
     merged = merge_flynn(gpu_models)
     assert merged.device_ == "cuda"
     assert np.array_equal(cp.asnumpy(merged.counts_), cpu.counts_)
@@ -540,7 +580,9 @@ def test_oversize_model_refused_before_allocating(monkeypatch):
     try:
         with pytest.raises(
             InsufficientMemoryError,
-            match=r"FlyNNClassifier\.fit of 2 samples x 64 features with n_components=1000000000 cells.* "
+            match=r"FlyNNClassifier\.fit of 2 samples x 64 features "
+            r"\(320 inputs after encoding='thermometer'\) "
+            r"with n_components=1000000000 cells.* "
             r"needs \d+ bytes .* but only 34359738368 bytes \(32\.0 GiB\) are free",
         ):
             FlyNNClassifier(n_components=10**9).fit(X, y)
@@ -573,8 +615,10 @@ def test_normalize_is_scale_robust(device, digits, scale):
     """X * 1e155 used to overflow the squared norm (one class for every row), X * 1e-300 to underflow."""
     X_train, X_test, y_train, _ = digits
     X_train, X_test, y_train = X_train[:600], X_test[:200], y_train[:600]
-    ref = FlyNNClassifier(random_state=0, device="cpu").fit(X_train, y_train)
-    clf = FlyNNClassifier(random_state=0, device=device).fit(_on_device(X_train * scale, device), y_train)
+    ref = FlyNNClassifier(random_state=0, device="cpu", **RAW).fit(X_train, y_train)
+    clf = FlyNNClassifier(random_state=0, device=device, **RAW).fit(
+        _on_device(X_train * scale, device), y_train
+    )
     assert np.array_equal(to_host(clf.counts_), ref.counts_)
     pred = to_host(clf.predict(_on_device(X_test * scale, device)))
     assert len(np.unique(pred)) == 10
@@ -594,8 +638,8 @@ def _on_device(X, device):
 def test_raw_inputs_out_of_float32_range_are_refused(device, rng, scale, fragment):
     X, y = _blobs(rng)
     with pytest.raises(ValueError, match=rf"{fragment}.*use normalize=True"):
-        FlyNNClassifier(normalize=False, random_state=0, device=device).fit(np.abs(X) * scale, y)
-    clf = FlyNNClassifier(normalize=False, random_state=0, device=device).fit(X, y)
+        FlyNNClassifier(normalize=False, random_state=0, device=device, **RAW).fit(np.abs(X) * scale, y)
+    clf = FlyNNClassifier(normalize=False, random_state=0, device=device, **RAW).fit(X, y)
     with pytest.raises(ValueError, match=rf"{fragment}.*use normalize=True"):
         clf.predict(np.abs(X) * scale)
 
@@ -650,7 +694,8 @@ def test_failed_fit_leaves_estimator_unfitted_and_partial_fit_unchanged(
             raise MemoryError("simulated out-of-memory in the middle of the counts")
         return real_count(*args)
 
-    clf = FlyNNClassifier(k=8, batch_size=30, random_state=0, device=device)
+    fixed = _fixed_range(X)  # the halves of partial_fit below encode like one fit
+    clf = FlyNNClassifier(k=8, batch_size=30, random_state=0, device=device, **fixed)
     monkeypatch.setattr(eng, "count", failing_count)
     with pytest.raises(MemoryError, match="simulated"):
         clf.fit(X, y)
@@ -669,7 +714,7 @@ def test_failed_fit_leaves_estimator_unfitted_and_partial_fit_unchanged(
     monkeypatch.setattr(eng, "count", real_count)  # and it carries on as if nothing happened
     clf.partial_fit(X[45:], y[45:])
     assert np.array_equal(
-        to_host(clf.counts_), FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X, y).counts_
+        to_host(clf.counts_), FlyNNClassifier(k=8, random_state=0, device="cpu", **fixed).fit(X, y).counts_
     )
 
 
@@ -719,7 +764,7 @@ def _sparse_blobs(rng, n=300, d=400, density=0.004, n_classes=3):
 def test_sparse_input_equals_dense_bit_for_bit(rng, normalize, dtype):
     X, y = _sparse_blobs(rng)
     X = X.astype(dtype)
-    params = dict(k=12, normalize=normalize, batch_size=128, random_state=0, device="cpu")
+    params = dict(k=12, normalize=normalize, batch_size=128, random_state=0, device="cpu", **RAW)
     dense = FlyNNClassifier(**params).fit(X.toarray(), y)
     Xt, yt = _sparse_blobs(rng, n=90)
     Xt = Xt.astype(dtype)
@@ -747,10 +792,12 @@ def test_sparse_input_is_hashed_without_densifying_when_not_normalised(rng, monk
     monkeypatch.setattr(
         _flyhash_cpu, "_sparse_activations", lambda fh, Xb, t: seen.append(Xb.format) or real(fh, Xb, t)
     )
-    FlyNNClassifier(k=12, normalize=False, random_state=0, device="cpu").fit(X, y).predict(X)
+    FlyNNClassifier(k=12, normalize=False, random_state=0, device="cpu", **RAW).fit(X, y).predict(X)
     assert seen and set(seen) == {"csr"}
     seen.clear()
-    FlyNNClassifier(k=12, normalize=True, random_state=0, device="cpu").fit(X, y)  # centring fills rows
+    FlyNNClassifier(k=12, normalize=True, random_state=0, device="cpu", **RAW).fit(
+        X, y
+    )  # centring fills rows
     assert seen == []
 
 
@@ -822,8 +869,80 @@ def _unit_blobs(rng, n=300, d=10, n_classes=3):
     return np.clip(X, 0.0, 1.0), y
 
 
+def test_input_range_fit_tiles_the_training_range(rng):
+    """'fit' keeps each feature's training min and max; later values beyond them read as the
+    ends (clipped), a constant feature reads 0; equal to a fixed range over the same bounds;
+    partial_fit takes the range of its first batch."""
+    from sknn_gpu.fly._flynn import encode
+
+    X, y = _blobs(rng, n=200, d=6)
+    X[:, 2] = 7.0  # a constant feature
+    clf = FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X, y)
+    np.testing.assert_array_equal(clf.input_low_, X.min(axis=0))
+    np.testing.assert_array_equal(clf.input_high_, X.max(axis=0))
+    fixed = FlyNNClassifier(k=8, random_state=0, device="cpu", **_fixed_range(X)).fit(X, y)
+    assert np.array_equal(clf.counts_, fixed.counts_)
+    # the encoder's own view: scaled to [0, 1], clipped, the constant feature at 0
+    low, scale = clf._range_arrays(X)
+    U = encode(X, "complement", low, scale, clip=True)[:, :6]  # the first half is u itself
+    assert U.min() == 0.0 and U.max() == 1.0 and np.all(U[:, 2] == 0.0)
+    assert np.all(encode(X + 1e3, "complement", low, scale, clip=True)[:, :6] == 1.0)  # read as the ends
+    far = X[:20] + 1e6 * np.sign(X[:20] - X.mean(axis=0))  # far beyond the range, on the same side
+    clipped = np.where(far > X.max(axis=0), X.max(axis=0), np.where(far < X.min(axis=0), X.min(axis=0), far))
+    np.testing.assert_array_equal(clf.novelty(far), clf.novelty(clipped))
+    with pytest.raises(ValueError, match="outside"):
+        fixed.predict(far)  # a fixed range refuses what 'fit' clips
+    # streaming: the first batch fixes the range
+    stream = FlyNNClassifier(k=8, random_state=0, device="cpu")
+    stream.partial_fit(X[:50], y[:50], classes=np.unique(y))
+    stream.partial_fit(X[50:], y[50:])
+    np.testing.assert_array_equal(stream.input_low_, X[:50].min(axis=0))
+    first = FlyNNClassifier(k=8, random_state=0, device="cpu", input_range=(X[:50].min(0), X[:50].max(0)))
+    first_counts = first.partial_fit(X[:50], y[:50], classes=np.unique(y)).counts_
+    rest = np.clip(X[50:], X[:50].min(axis=0), X[:50].max(axis=0))  # what the stream read of the rest
+    assert np.array_equal(stream.counts_ - first_counts, first._count(rest, first._encode_y(y[50:], 150)))
+    # no encoding: no range
+    assert not hasattr(FlyNNClassifier(k=8, device="cpu", **RAW).fit(X, y), "input_low_")
+
+
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ((0.0,), "a pair"),
+        ((0.0, 1.0, 2.0), "a pair"),
+        ((0.0, np.inf), "finite"),
+        ((1.0, 0.0), r"low <= high for every feature; feature 0 has low=1, high=0"),
+        ((np.zeros(3), np.ones(6)), "arrays of 6 values"),
+        (("a", "b"), "numbers or arrays"),
+    ],
+)
+def test_input_range_errors(rng, bad, match):
+    X, y = _blobs(rng, n=60, d=6)
+    with pytest.raises(ValueError, match=match):
+        FlyNNClassifier(input_range=bad, k=8, device="cpu").fit(X, y)
+    with pytest.raises(ValueError, match="input_range"):
+        FlyNNClassifier(input_range="auto", k=8, device="cpu").fit(X, y)
+
+
+def test_normalize_auto_normalizes_only_raw_features(rng):
+    X, y = _blobs(rng, n=120, d=8)
+    for encoding, expected in ((None, True), ("population", False), ("complement", False)):
+        auto = FlyNNClassifier(encoding=encoding, k=8, random_state=0, device="cpu").fit(X, y)
+        same = FlyNNClassifier(encoding=encoding, normalize=expected, k=8, random_state=0, device="cpu").fit(
+            X, y
+        )
+        assert auto._normalizes() is expected
+        assert np.array_equal(auto.counts_, same.counts_)
+
+
 def test_encode_values():
-    from sknn_gpu.fly._flynn import RECEPTOR_CENTRES, RECEPTOR_HALF_WIDTH, encode
+    from sknn_gpu.fly._flynn import (
+        RECEPTOR_CENTRES,
+        RECEPTOR_HALF_WIDTH,
+        THERMOMETER_SLOPE,
+        THERMOMETER_THRESHOLDS,
+        encode,
+    )
 
     X = np.array([[0.0, 0.25, 0.6, 1.0]])
     np.testing.assert_array_equal(encode(X, "complement"), [[0.0, 0.25, 0.6, 1.0, 1.0, 0.75, 0.4, 0.0]])
@@ -834,16 +953,34 @@ def test_encode_values():
         np.testing.assert_array_equal(pop[0, 4 * j : 4 * j + 4], np.maximum(w - np.abs(X[0] - c), 0.0))
     assert pop[0, 0] == w and pop[0, 4 * 4 + 3] == w  # x at a centre: that receptor's peak
     assert encode(X.astype(np.float32), "population").dtype == np.float32
+    th = encode(X, "thermometer")
+    assert th.shape == (1, 4 * len(THERMOMETER_THRESHOLDS))
+    for j, t in enumerate(THERMOMETER_THRESHOLDS):
+        np.testing.assert_array_equal(th[0, 4 * j : 4 * j + 4], np.clip((X[0] - t) * THERMOMETER_SLOPE, 0, 1))
+    assert np.all(th[0, 0::4] == 0.0)  # the bottom of the range is silent
+    np.testing.assert_allclose(
+        th[0, 3::4], [1.0, 1.0, 1.0, 0.75, 0.25], rtol=1e-15
+    )  # the top drives every ramp
+    np.testing.assert_allclose(th[0, [1, 5, 9, 13, 17]], [0.375, 0, 0, 0, 0])  # 0.25: the first ramp only
+    # a range in float64: (x - low) / span, clipped; float32 input comes out float64
+    low, span = np.array([-2.0, 0.0, 1.0, 0.0]), np.array([4.0, 0.5, 1.0, 1.0])
+    Y = np.array([[0.0, 0.25, 3.0, -1.0]], dtype=np.float32)
+    out = encode(Y, "complement", low, span, clip=True)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out[0, :4], [0.5, 0.5, 1.0, 0.0])
 
 
-@pytest.mark.parametrize("encoding, width", [(None, 1), ("complement", 2), ("population", 5)])
+@pytest.mark.parametrize(
+    "encoding, width", [(None, 1), ("complement", 2), ("population", 5), ("thermometer", 5)]
+)
 def test_encoding_sizes_count_the_encoded_inputs(rng, encoding, width):
     X, y = _unit_blobs(rng, d=10)
-    clf = FlyNNClassifier(encoding=encoding, k=8, random_state=0, device="cpu").fit(X, y)
+    clf = FlyNNClassifier(None, encoding=encoding, k=8, random_state=0, device="cpu").fit(X, y)
     assert clf.n_features_in_ == 10
     assert clf.hasher_.n_features_in_ == 10 * width
     assert clf.n_components_ == 20 * 10 * width  # expansion_factor x encoded inputs
-    assert clf.hasher_.n_connections_ == max(2, int(0.1 * 10 * width))
+    assert clf.hasher_.n_connections_ == max(2, int(0.2 * 10 * width))  # 2, 4, 10
+    assert FlyNNClassifier(k=8, device="cpu").fit(np.tile(X, 9), y).hasher_.n_connections_ == 16  # capped
     counts, _ = _codes_counts_encoded(clf, X, y)
     assert np.array_equal(clf.counts_, counts)
 
@@ -854,7 +991,7 @@ def _codes_counts_encoded(clf, X, y):
     Xd = _on(clf, np.asarray(X, dtype=np.float64))
     if clf.encoding is not None:
         Xd = encode(Xd, clf.encoding)
-    if clf.normalize:
+    if clf._normalizes():
         Xd = engine(clf.device_).row_normalize(Xd)
     w = to_host(clf.hasher_._winners(Xd))
     counts = np.zeros((len(clf.classes_), clf.n_components_), dtype=np.int64)
@@ -862,20 +999,31 @@ def _codes_counts_encoded(clf, X, y):
     return counts, w
 
 
-@pytest.mark.parametrize("encoding", ["complement", "population"])
-def test_encoding_refuses_features_outside_unit_range(device, rng, encoding):
+@pytest.mark.parametrize("encoding", ["thermometer", "complement", "population"])
+def test_fixed_input_range_refuses_values_outside_it(device, rng, encoding):
     X, y = _unit_blobs(rng)
+    params = dict(encoding=encoding, input_range=(0, 1), k=8, random_state=0, device=device)
     for bad in (X * 1.5, X - 0.1):
-        with pytest.raises(ValueError, match=r"needs every feature in \[0, 1\].*MinMaxScaler\(clip=True\)"):
-            FlyNNClassifier(encoding=encoding, k=8, random_state=0, device=device).fit(bad, y)
-    clf = FlyNNClassifier(encoding=encoding, k=8, random_state=0, device=device).fit(X, y)
-    with pytest.raises(ValueError, match=r"X has values in \[-0\.1"):
-        clf.predict(X - 0.1)
-    with pytest.raises(ValueError, match="needs normalize=False and encoding=None"):
+        with pytest.raises(
+            ValueError, match=r"has the value -?[\d.]+, outside \[0, 1\].*MinMaxScaler\(clip=True\)"
+        ):
+            FlyNNClassifier(**params).fit(bad, y)
+    clf = FlyNNClassifier(**params).fit(X, y)
+    Xb = X.copy()
+    Xb[3, 4] = -0.25
+    with pytest.raises(ValueError, match=r"feature 4 has the value -0\.25, outside \[0, 1\]"):
+        clf.predict(Xb)
+    # a per-feature range names the feature and its own bounds
+    wide = FlyNNClassifier(**{**params, "input_range": (np.zeros(10), np.full(10, 2.0))}).fit(X, y)
+    Xb = X.copy()
+    Xb[5, 7] = 2.5
+    with pytest.raises(ValueError, match=r"feature 7 has the value 2\.5, outside \[0, 2\]"):
+        wide.predict(Xb)
+    with pytest.raises(ValueError, match="needs encoding=None and normalize=False"):
         FlyNNClassifier(encoding=encoding, precision="integer", normalize=False, device=device).fit(X, y)
 
 
-@pytest.mark.parametrize("encoding", ["complement", "population"])
+@pytest.mark.parametrize("encoding", ["thermometer", "complement", "population"])
 def test_encoding_sparse_streaming_and_merge(rng, encoding):
     """Sparse input is encoded a batch at a time (dense): the model equals the dense one;
     streaming equals fit; parties merge only with the same encoding."""
@@ -883,7 +1031,7 @@ def test_encoding_sparse_streaming_and_merge(rng, encoding):
 
     X, y = _unit_blobs(rng)
     X[X < 0.3] = 0.0
-    params = dict(encoding=encoding, k=8, batch_size=64, random_state=0, device="cpu")
+    params = dict(encoding=encoding, input_range=(0, 1), k=8, batch_size=64, random_state=0, device="cpu")
     dense = FlyNNClassifier(**params).fit(X, y)
     sparse = FlyNNClassifier(**params).fit(sp.csr_matrix(X), y)
     assert np.array_equal(dense.counts_, sparse.counts_)
@@ -899,47 +1047,57 @@ def test_encoding_sparse_streaming_and_merge(rng, encoding):
         merge_flynn([dense, other])
 
 
-def test_population_encoding_reaches_knn_on_digits(digits):
-    """The recipe of the user guide (population coding, 16,384 cells reading 20 % of the
-    encoded inputs, k=128): within a few points of k-NN on digits, where the default
-    hash trails by about 6."""
-    from sklearn.preprocessing import MinMaxScaler
-
+def test_defaults_reach_knn_on_digits(digits):
+    """``FlyNNClassifier()`` on raw digits (pixels 0..16): the population encoding over
+    the fitted range reaches 0.95 (3-NN: 0.98), where the raw hash of the papers, at
+    its former defaults, trails by several points."""
     X_train, X_test, y_train, y_test = digits
-    recipe = make_pipeline(
-        MinMaxScaler(clip=True),
-        FlyNNClassifier(
-            encoding="population",
-            n_components=16384,
-            connection_sparsity=0.2,
-            k=128,
-            normalize=False,
-            random_state=0,
-            device="cpu",
-        ),
+    acc = FlyNNClassifier(random_state=0, device="cpu").fit(X_train, y_train).score(X_test, y_test)
+    former = FlyNNClassifier(
+        None, connection_sparsity=0.1, k=32, gamma=0.5, random_state=0, device="cpu", **RAW
     )
-    default = make_pipeline(MinMaxScaler(clip=True), FlyNNClassifier(random_state=0, device="cpu"))
-    acc = recipe.fit(X_train, y_train).score(X_test, y_test)
     assert acc >= 0.95
-    assert acc > default.fit(X_train, y_train).score(X_test, y_test) + 0.02
+    assert acc > former.fit(X_train, y_train).score(X_test, y_test) + 0.02
 
 
 @pytest.mark.cuda
-@pytest.mark.parametrize("encoding", ["complement", "population"])
+@pytest.mark.parametrize("encoding", ["thermometer", "population", "complement"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("normalize", [True, False])
-def test_encoding_cpu_gpu_bit_identical(rng, encoding, dtype, normalize):
+@pytest.mark.parametrize("input_range", ["fit", (0, 1)])
+@pytest.mark.parametrize("d", [24, 200])  # encoded widths 48-400: the band path; 1000: the fused kernel
+def test_encoding_cpu_gpu_bit_identical(rng, encoding, dtype, input_range, d):
     import cupy as cp
 
-    X, y = _unit_blobs(rng, n=400, d=24, n_classes=5)
-    X = X.astype(dtype)
-    Xt = _unit_blobs(rng, n=150, d=24, n_classes=5)[0].astype(dtype)
-    params = dict(encoding=encoding, normalize=normalize, k=16, random_state=0)
+    from sknn_gpu.fly import _flyhash_cuda
+
+    X, y = _unit_blobs(rng, n=400, d=d, n_classes=5)
+    Xt = _unit_blobs(rng, n=150, d=d, n_classes=5)[0]
+    if input_range == "fit":  # raw-looking features; the queries reach beyond the training range
+        X, Xt = X * 37.5 - 4.0, Xt * 45.0 - 6.0
+    X, Xt = X.astype(dtype), Xt.astype(dtype)
+    params = dict(encoding=encoding, input_range=input_range, random_state=0)
     cpu = FlyNNClassifier(**params, device="cpu").fit(X, y)
     gpu = FlyNNClassifier(**params, device="cuda").fit(cp.asarray(X), y)
+    h = gpu.hasher_  # the routing rule: complement at d=200 (400 inputs) still takes the band path
+    assert _flyhash_cuda._band_ok(h) is (2 * h.n_features_in_ <= _flyhash_cuda.BAND_WIDTH_PER_CONNECTION * 16)
+    assert _flyhash_cuda._band_ok(h) is (d == 24 or encoding == "complement")
+    np.testing.assert_array_equal(gpu.input_low_, cpu.input_low_)
     assert np.array_equal(cp.asnumpy(gpu.counts_), cpu.counts_)
     assert np.array_equal(cp.asnumpy(gpu.novelty(cp.asarray(Xt))), cpu.novelty(Xt))
     assert np.array_equal(gpu.predict(Xt), cpu.predict(Xt))
+
+
+@pytest.mark.cuda
+def test_defaults_on_digits_cpu_gpu_bit_identical(digits):
+    """FlyNNClassifier() on raw digits: the fitted range, the thermometer encoding, the
+    relative filters and the predictions are the same on both devices."""
+    X_train, X_test, y_train, _ = digits
+    cpu = FlyNNClassifier(random_state=0, device="cpu").fit(X_train, y_train)
+    gpu = FlyNNClassifier(random_state=0, device="cuda").fit(X_train, y_train)
+    assert np.array_equal(to_host(gpu.counts_), cpu.counts_)
+    assert np.array_equal(to_host(gpu.filters_), cpu.filters_)
+    assert np.array_equal(gpu.predict_proba(X_test), cpu.predict_proba(X_test))
+    assert np.array_equal(gpu.predict(X_test), cpu.predict(X_test))
 
 
 def test_encoding_on_dask_equals_in_memory(digits, dask_client):
@@ -949,12 +1107,20 @@ def test_encoding_on_dask_equals_in_memory(digits, dask_client):
     da = pytest.importorskip("dask.array")
     X_train, X_test, y_train, _ = digits
     X_train, X_test = X_train / 16.0, X_test / 16.0  # digits' pixels are 0..16
-    params = dict(encoding="population", k=32, normalize=False, random_state=3, device="cpu")
+    params = dict(encoding="population", input_range=(0, 1), k=32, random_state=3, device="cpu")
     ref = FlyNNClassifier(**params).fit(X_train, y_train)
     dX, dy = da.from_array(X_train, chunks=(400, -1)), da.from_array(y_train, chunks=400)
     lazy = FlyNNClassifier(**params).fit(dX, dy)
     assert np.array_equal(lazy.counts_, ref.counts_)
     dXt = da.from_array(X_test, chunks=(100, -1))
     assert np.array_equal(lazy.predict(dXt).compute(), ref.predict(X_test))
-    with pytest.raises(ValueError, match=r"needs every feature in \[0, 1\]"):
+    with pytest.raises(ValueError, match=r"outside \[0, 1\]"):
         FlyNNClassifier(**params).fit(da.from_array(X_train * 16.0, chunks=(400, -1)), dy)
+    # input_range='fit' on Dask: one reduction gives the pooled range, the same model
+    fitted = {**params, "input_range": "fit"}
+    ref = FlyNNClassifier(**fitted).fit(X_train * 16.0, y_train)
+    lazy = FlyNNClassifier(**fitted).fit(da.from_array(X_train * 16.0, chunks=(400, -1)), dy)
+    assert np.array_equal(lazy.input_low_, ref.input_low_) and np.array_equal(
+        lazy.input_high_, ref.input_high_
+    )
+    assert np.array_equal(lazy.counts_, ref.counts_)

@@ -186,7 +186,11 @@ def test_merged_parties_equal_pooled_fit_and_naive_count(device, case):
     y_idx = rng.integers(0, n_classes, size=n)
     X = (centres[y_idx] + rng.normal(size=(n, d))) * 10.0**exponent
     y = np.array([f"class{c}" for c in range(n_classes)])[y_idx] if str_labels else y_idx * 7 - 3
-    params = dict(k=4, expansion_factor=6.0, gamma=gamma, random_state=seed % 997, device=device)
+    # the papers' FlyNN (raw rows, gamma ** counts): what the naive reference below computes
+    params = dict(
+        k=4, n_components=None, expansion_factor=6.0, gamma=gamma, random_state=seed % 997, device=device
+    )
+    params.update(encoding=None, connection_sparsity=0.1, decay="count")
     perm = rng.permutation(n)
     cuts = np.sort(rng.choice(np.arange(1, n), size=n_parties - 1, replace=False)) if n_parties > 1 else []
     shards = np.split(perm, cuts)  # shuffled, non-empty shards
@@ -325,13 +329,13 @@ BAD_INPUTS = [
     ),
     (
         "nn-raw-overflow",
-        lambda dv, r, on: _fitted_nn(dv, r, normalize=False).predict(on(_X(r) * 1e155)),
+        lambda dv, r, on: _fitted_nn(dv, r, normalize=False, encoding=None).predict(on(_X(r) * 1e155)),
         ValueError,
         "overflow.*use normalize=True",
     ),
     (
         "nn-raw-underflow",
-        lambda dv, r, on: FlyNNClassifier(normalize=False, device=dv).fit(
+        lambda dv, r, on: FlyNNClassifier(normalize=False, encoding=None, device=dv).fit(
             on(_X(r) * 1e-300), np.arange(12) % 2
         ),
         ValueError,
@@ -368,8 +372,10 @@ BAD_INPUTS = [
         "nn-merge-label-types",
         lambda dv, r, on: merge_flynn(
             [
-                _fitted_nn(dv, r),
-                FlyNNClassifier(k=3, random_state=0, device=dv).fit(on(_X(r)), ["a", "b"] * 6),
+                _fitted_nn(dv, r, input_range=(-100, 100)),
+                FlyNNClassifier(k=3, input_range=(-100, 100), random_state=0, device=dv).fit(
+                    on(_X(r)), ["a", "b"] * 6
+                ),
             ]
         ),
         TypeError,

@@ -26,10 +26,16 @@ from sknn_gpu.fly import FlyNNClassifier, merge_flynn
 
 TITLE = "FlyNN (Fly Bloom filter k-NN): accuracy vs k-NN, federated == pooled, differential privacy"
 SRC = "flyhash-gpu-wta.md §II-b"
+#: The papers' FlyNN: the raw features (rows centred and scaled), m = 20 d cells reading
+#: 10 % of the features, filters gamma ** counts (this package's defaults before 2026-11-26).
+PAPERS = dict(encoding=None, n_components=None, connection_sparsity=0.1, decay="count")
 CONFIGS = (
-    ("FlyNN k=32, gamma=0.5 (defaults)", dict(k=32, gamma=0.5)),
-    ("FlyNN k=128, gamma=0.6", dict(k=128, gamma=0.6)),
+    ("FlyNN of the papers, k=32, gamma=0.5", dict(PAPERS, k=32, gamma=0.5)),
+    ("FlyNN of the papers, k=128, gamma=0.6", dict(PAPERS, k=128, gamma=0.6)),
+    ("FlyNN defaults (thermometer encoding, relative decay)", {}),
 )
+#: Digits' pixels are 0..16: parties that share this range (and the projection) merge exactly.
+PIXELS = dict(input_range=(0, 16))
 
 
 def splits(n_splits):
@@ -108,17 +114,17 @@ def federated(args, layouts, device):
     X, y = load_digits(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
     rng = np.random.default_rng(0)
-    pooled = FlyNNClassifier(random_state=0, device=device).fit(Xtr, ytr)
+    pooled = FlyNNClassifier(**PIXELS, random_state=0, device=device).fit(Xtr, ytr)
     pooled_pred = to_host(pooled.predict(Xte))
     # an independent pooled reference: the same rows shuffled, fitted in one call on the CPU
     shuffle = rng.permutation(len(ytr))
-    reference = FlyNNClassifier(random_state=0, device="cpu").fit(Xtr[shuffle], ytr[shuffle])
+    reference = FlyNNClassifier(**PIXELS, random_state=0, device="cpu").fit(Xtr[shuffle], ytr[shuffle])
     ref_counts = to_host(reference.counts_)
     pooled_acc = float(np.mean(pooled_pred == yte))
     rows = []
     for n_parties, how in layouts:
         parts = party_splits(ytr, n_parties, how, rng)
-        models = [FlyNNClassifier(random_state=0, device=device).fit(Xtr[p], ytr[p]) for p in parts]
+        models = [FlyNNClassifier(**PIXELS, random_state=0, device=device).fit(Xtr[p], ytr[p]) for p in parts]
         merged = merge_flynn(models)
         # can fail: a party's classes misaligned in the merge, a projection not shared,
         # counts lost or doubled would all show against the independent shuffled CPU fit

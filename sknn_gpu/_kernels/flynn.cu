@@ -190,3 +190,58 @@ extern "C" __global__ void flynn_row_normalize_f64(const double* __restrict__ x,
 {
     row_normalize_impl<double>(x, y, n, d);
 }
+
+// ---------------------------------------------------------------------------------
+// Input encoding (FlyNNClassifier's `encoding`; the NumPy reference is `encode` in
+// sknn_gpu/fly/_flynn.py). Each input x[r, j] gives WIDTH values written to
+// out[r, q * d + j] (receptor by receptor), in float32, which is what the hash reads.
+// The arithmetic is the reference's, step by step: after a range scaling
+// u = (x - low[j]) / span[j] in double (RANGE = 1), else in the input's own type
+// (ENC_C = ENC_T), each step one correctly rounded intrinsic (no FMA contraction);
+// the constants (thresholds or centres, then the slope or half-width) arrive in
+// `consts` as double and are rounded to ENC_C as NumPy rounds a Python float against
+// a float32 array. The cast to float32 at the end rounds to nearest, as astype does.
+//   ENC_KIND 0: thermometer  clip((u - t_q) * slope, 0, 1)     q = 0..4
+//   ENC_KIND 1: population   max(w - |u - c_q|, 0)              q = 0..4
+//   ENC_KIND 2: complement   u, 1 - u
+// One thread per input element, grid-stride.
+#if defined(ENC_T)
+__device__ __forceinline__ float sub_rn(float a, float b) { return __fsub_rn(a, b); }
+__device__ __forceinline__ double sub_rn(double a, double b) { return __dsub_rn(a, b); }
+__device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ ENC_C clip01(ENC_C v) { return v < (ENC_C)0 ? (ENC_C)0 : (v > (ENC_C)1 ? (ENC_C)1 : v); }
+
+extern "C" __global__ void flynn_encode(const ENC_T* __restrict__ x, const long long n, const long long d,
+                                        const long long ldx, const double* __restrict__ low,
+                                        const double* __restrict__ span, const int clip,
+                                        const double* __restrict__ consts, float* __restrict__ out)
+{
+    const long long total = n * d;
+    const long long width = (ENC_KIND == 2 ? 2 : 5) * d;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
+         i += (long long)gridDim.x * blockDim.x) {
+        const long long r = i / d, j = i - r * d;
+#if RANGE
+        ENC_C u = __ddiv_rn(__dsub_rn((double)x[r * ldx + j], low[j]), span[j]);
+#else
+        ENC_C u = (ENC_C)x[r * ldx + j];
+#endif
+        if (clip) u = clip01(u);
+        float* o = out + r * width + j;
+#if ENC_KIND == 0
+        const ENC_C slope = (ENC_C)consts[5];
+        for (int q = 0; q < 5; ++q) o[q * d] = (float)clip01(mul_rn(sub_rn(u, (ENC_C)consts[q]), slope));
+#elif ENC_KIND == 1
+        const ENC_C w = (ENC_C)consts[5];
+        for (int q = 0; q < 5; ++q) {
+            const ENC_C v = sub_rn(w, fabs(sub_rn(u, (ENC_C)consts[q])));
+            o[q * d] = (float)(v < (ENC_C)0 ? (ENC_C)0 : v);
+        }
+#else
+        o[0] = (float)u;
+        o[d] = (float)sub_rn((ENC_C)1, u);
+#endif
+    }
+}
+#endif

@@ -18,12 +18,13 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import to_device, to_host
 from .._dask import is_dask_collection
 from .._progress import Progress
-from ._flynn import HASH_PARAMS, FlyNNClassifier, _label_kind
+from . import _fly_dask
+from ._flynn import HASH_PARAMS, FlyNNClassifier, _label_kind, column_range
 
 __all__ = ["merge_flynn", "fit_federated"]
 
 #: Parameters that define the projection (and the input transform): parties must agree on them.
-_SHARED = (*HASH_PARAMS, "encoding", "normalize", "random_state")
+_SHARED = (*HASH_PARAMS, "encoding", "input_range", "normalize", "random_state")
 
 
 def _shared_params(params):
@@ -56,6 +57,12 @@ def _check_compatible(ref_params, ref_features, params, n_features, who):
 def _same(u, v):
     if u is None or v is None:
         return u is v
+    if isinstance(u, (tuple, list)) or isinstance(v, (tuple, list)):  # input_range=(low, high)
+        if not (isinstance(u, (tuple, list)) and isinstance(v, (tuple, list)) and len(u) == len(v)):
+            return False
+        return all(
+            np.array_equal(np.asarray(to_host(a)), np.asarray(to_host(b))) for a, b in zip(u, v, strict=True)
+        )
     try:
         return bool(u == v)
     except Exception:  # pragma: no cover - exotic parameter values
@@ -79,19 +86,22 @@ def _check_label_types(parts, names):
             )
 
 
-def _combine(template, parts, names):
+def _combine(template, parts, names, input_range=(None, None)):
     """A fitted classifier with the summed counts of ``parts`` [(classes, counts, n_features), ...].
 
     ``template`` is an unfitted FlyNNClassifier whose parameters the result takes;
-    ``n_features`` is read from the first part; ``names`` name the parts in errors.
+    ``n_features`` is read from the first part; ``names`` name the parts in errors;
+    ``input_range`` is the (low, high) the parties' encoding tiled (under
+    ``input_range='fit'``).
     """
     _check_label_types(parts, names)
     classes = np.unique(np.concatenate([np.asarray(c) for c, _, _ in parts]))
     n_features = parts[0][2]
     clf = template
     clf.classes_ = classes
-    clf._init_model(n_features, caller="merge")
     clf.n_features_in_ = n_features
+    clf._set_input_range(*input_range)
+    clf._init_model(n_features, caller="merge")
     privatized = any(np.asarray(cnt).dtype.kind == "f" for _, cnt, _ in parts)
     total = np.zeros((len(classes), clf.n_components_), dtype=np.float64 if privatized else np.int64)
     for name, (cls, cnt, _) in zip(names, parts, strict=True):
@@ -114,8 +124,11 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
     ----------
     models : sequence of fitted FlyNNClassifier
         The parties' models. They must share the projection: the same hashing
-        parameters, ``encoding``, ``normalize``, the same integer ``random_state`` and the same
-        number of features (a clear ValueError otherwise). Their class sets may
+        parameters, ``encoding``, ``input_range``, ``normalize``, the same integer
+        ``random_state`` and the same number of features (a clear ValueError
+        otherwise). Under an encoding they must also tile the same input range: with
+        ``input_range='fit'`` each party fits its own, so give parties a fixed
+        ``input_range=(low, high)`` (or fit them with :func:`fit_federated`). Their class sets may
         differ; the merged model knows the union.
     device : {'auto', 'cpu', 'cuda'} or None, default=None
         Device of the merged model; ``None`` keeps the first model's ``device``.
@@ -143,8 +156,9 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
     >>> from sknn_gpu.fly import FlyNNClassifier, merge_flynn
     >>> X, y = load_digits(return_X_y=True)
     >>> parts = np.array_split(np.arange(len(y)), 3)
-    >>> models = [FlyNNClassifier(random_state=0, device="cpu").fit(X[p], y[p]) for p in parts]
-    >>> pooled = FlyNNClassifier(random_state=0, device="cpu").fit(X, y)
+    >>> params = dict(input_range=(0, 16), random_state=0, device="cpu")  # pixels 0..16
+    >>> models = [FlyNNClassifier(**params).fit(X[p], y[p]) for p in parts]
+    >>> pooled = FlyNNClassifier(**params).fit(X, y)
     >>> bool(np.array_equal(merge_flynn(models).counts_, pooled.counts_))
     True
     """
@@ -166,11 +180,20 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
                 f"Cannot merge FlyNN models: models[{i}] has a different projection matrix although its "
                 "parameters match; parties must share the projection."
             )
+        if hasattr(ref, "input_low_") and not (
+            _arrays_equal(m.input_low_, ref.input_low_) and _arrays_equal(m.input_high_, ref.input_high_)
+        ):
+            raise ValueError(
+                f"Cannot merge FlyNN models: models[{i}] encodes its features over a different input range "
+                "(input_range='fit' takes each party's own minimum and maximum). Fit the parties with "
+                "the same fixed input_range=(low, high), or with fit_federated, which agrees on one."
+            )
     params = dict(ref_params)
     if device is not None:
         params["device"] = device
     parts = [(m.classes_, to_host(m.counts_), m.n_features_in_) for m in models]
-    merged = _combine(FlyNNClassifier(**params), parts, [f"models[{i}]" for i in range(len(models))])
+    ranges = (ref.input_low_, ref.input_high_) if hasattr(ref, "input_low_") else (None, None)
+    merged = _combine(FlyNNClassifier(**params), parts, [f"models[{i}]" for i in range(len(models))], ranges)
     if hasattr(ref, "feature_names_in_"):
         merged.feature_names_in_ = ref.feature_names_in_
     return merged
@@ -256,7 +279,11 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
         be an integer (parties must draw the same projection). ``verbose`` reports
         on the client: at 1 one line when all parties are merged, at 2 also a line
         per party as it finishes (its shard and samples); the parties' own fits stay
-        silent.
+        silent. Under an ``encoding`` with ``input_range='fit'`` (the defaults),
+        each shard first sends its features' minima and maxima (2 x n_features
+        numbers) and every party tiles the range of the pooled data, as one fit on
+        the pooled data would; pass a fixed ``input_range`` to send nothing but
+        counts.
 
     Returns
     -------
@@ -290,7 +317,14 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
             "fit_federated needs an integer random_state shared by every party, got "
             f"{full['random_state']!r}."
         )
-    futures = _submit(client, shards, {**full, "verbose": 0})  # the client reports, parties stay quiet
+    ranges = (None, None)
+    party = {**full, "verbose": 0}  # the client reports, parties stay quiet
+    if not (isinstance(shards, tuple) and len(shards) == 2 and is_dask_collection(shards[0])):
+        shards = list(shards)  # read twice below (an iterator would be spent)
+    if full["encoding"] is not None and isinstance(full["input_range"], str):
+        ranges = _agreed_range(client, shards, party)  # every party tiles the same range
+        party["input_range"] = ranges
+    futures = _submit(client, shards, party)
     if not futures:
         raise ValueError("fit_federated needs at least one shard.")
     bar = Progress(FlyNNClassifier, "fit_federated", len(futures), full["verbose"], unit="parties")
@@ -305,9 +339,47 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
     if len(n_features) != 1:
         raise ValueError(f"Shards have different numbers of features: {sorted(n_features)}.")
     parts = [(r["classes"], r["counts"], r["n_features"]) for r in results]
-    clf = _combine(FlyNNClassifier(**full), parts, [f"shard {i}" for i in range(len(parts))])
+    clf = _combine(FlyNNClassifier(**full), parts, [f"shard {i}" for i in range(len(parts))], ranges)
     bar.close(samples=sum(r["n_samples"] for r in results), classes=len(clf.classes_))
     return clf
+
+
+def _shard_range(pair, index, params):
+    """Runs on a worker (or the client, for a local pair): the (min, max) per feature of one
+    shard's X, checked as a party's fit checks it (errors name the shard)."""
+    if _n_rows(pair[0]) == 0:
+        raise _empty_shard(index)
+    try:
+        return column_range(FlyNNClassifier(**params)._validate_X(pair[0], reset=True))
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"fit_federated: shard {index}: {exc}") from exc
+
+
+def _agreed_range(client, shards, params):
+    """The per-feature (min, max) over every shard's X: ``input_range='fit'`` of the pooled
+    data, which the parties then share (2 x n_features numbers travel per party)."""
+    from distributed import Future
+
+    if isinstance(shards, tuple) and len(shards) == 2 and is_dask_collection(shards[0]):
+        X = shards[0]
+        for i, rows in enumerate(X.chunks[0]):
+            if rows == 0:
+                raise _empty_shard(i)
+        template = FlyNNClassifier(**params)
+        template.n_features_in_ = int(X.shape[1])
+        return _fly_dask.column_range(template, X.rechunk({1: -1}))
+    ranges = []
+    for i, s in enumerate(shards):
+        if isinstance(s, Future):  # computed where the shard lives; gathered below
+            ranges.append(client.submit(_shard_range, s, i, params, pure=False))
+        elif isinstance(s, (tuple, list)) and len(s) == 2:
+            ranges.append(_shard_range(s, i, params))
+        else:
+            raise TypeError(f"shards[{i}] must be a Future or an (X, y) pair, got {type(s).__name__}.")
+    if not ranges:
+        raise ValueError("fit_federated needs at least one shard.")
+    ranges = [r.result() if isinstance(r, Future) else r for r in ranges]
+    return np.min([r[0] for r in ranges], axis=0), np.max([r[1] for r in ranges], axis=0)
 
 
 def _submit(client, shards, params):

@@ -76,6 +76,31 @@ def check_X(est, X, what, reset, rows=True):
     return d
 
 
+def _block_range(shell, X):
+    """Runs on a worker: the checked block's (min, max) per feature (None when it is empty)."""
+    from ._flynn import column_range
+
+    return None if X.shape[0] == 0 else column_range(shell._validate_X(X, reset=False))
+
+
+def _wider_range(*parts):
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    return np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0)
+
+
+def column_range(est, X):
+    """Per-feature (min, max) of the Dask ``X`` (one column block) as host float64 arrays:
+    each row block is checked as in memory by a copy of ``est`` (which knows
+    ``n_features_in_``) and sends one small pair; the pairs are combined in a tree."""
+    import dask
+
+    shared = dask.delayed(_shell(est), traverse=False)
+    parts = [dask.delayed(_block_range)(shared, b) for b in X.to_delayed().ravel()]
+    return dask.compute(tree_reduce(parts, _wider_range))[0]
+
+
 def aligned(v, X, name="y"):
     """1-D ``v`` (labels or weights; Dask or in-memory) as a Dask array with ``X``'s row chunks.
 

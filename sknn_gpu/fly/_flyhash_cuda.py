@@ -320,13 +320,27 @@ def _fused_block(fh, Xb, out, idx, algorithm, stats=None):  # pragma: no cover -
 BAND_MAX_CONNECTIONS = 96
 #: ... and at most this many units (the selection's bit mask of candidate winners).
 BAND_MAX_UNITS = 65536
+#: ... and when the product is not the costlier: the split product multiplies
+#: ``2 d`` (padded) inputs per unit on tensor cores, the fused kernel gathers ``s`` in
+#: its cores; the band path is taken while ``2 d <= BAND_WIDTH_PER_CONNECTION * s``
+#: (FlyNN's population-encoded 784 features, ``2 d = 7840`` against ``s = 16``, go
+#: to the fused kernel; the measurements are in docs/performance.md).
+BAND_WIDTH_PER_CONNECTION = 64
 #: Factor on the error bound of the approximate activations (see :func:`_band_width`).
 BAND_SAFETY = 8.0
 
 
 def _band_ok(fh):
-    """Whether float input goes through :func:`_band_words` (else the fused kernel)."""
-    return fh.n_connections_ <= BAND_MAX_CONNECTIONS and fh.n_components_ <= BAND_MAX_UNITS
+    """Whether float input goes through :func:`_band_words` (else the fused kernel).
+
+    The environment variable ``SKNN_GPU_FLYHASH_BAND`` (``0`` or ``1``) forces the
+    choice within the exactness limits (tuning and benchmarks)."""
+    if fh.n_connections_ > BAND_MAX_CONNECTIONS or fh.n_components_ > BAND_MAX_UNITS:
+        return False
+    forced = os.environ.get("SKNN_GPU_FLYHASH_BAND", "")
+    if forced in ("0", "1"):
+        return forced == "1"
+    return 2 * _half_width(fh.n_features_in_) <= BAND_WIDTH_PER_CONNECTION * fh.n_connections_
 
 
 def _band_width(s):

@@ -4,7 +4,9 @@ Every training sample is hashed with FlyHash (a sparse binary random expansion
 followed by a winner-take-all that keeps ``k`` of ``m`` Kenyon cells). For each
 class ``l`` we keep the integer counts ``z_l[i]`` of how many class-``l`` codes
 have cell ``i`` among their winners; the Fly Bloom filter of the class is
-``w_l = gamma ** z_l``. A test point ``x`` with code ``h(x)`` gets the novelty
+``w_l = gamma ** z_l`` (the papers' filter, ``decay='count'``) or, by default,
+``gamma ** (z_l / mean(z_l))``, which does not saturate as the training set grows
+(``decay='relative'``). A test point ``x`` with code ``h(x)`` gets the novelty
 ``s_l(x) = h(x) . w_l`` per class and the least novel class wins (Sinha & Ram,
 KDD 2021; Ram & Sinha, AAAI 2022).
 
@@ -48,7 +50,14 @@ __all__ = ["FlyNNClassifier", "engine"]
 HASH_PARAMS = ("n_components", "expansion_factor", "n_connections", "connection_sparsity", "k")
 
 #: Inputs the hash reads per feature, by ``encoding``.
-ENCODING_WIDTH = {None: 1, "complement": 2, "population": 5}
+ENCODING_WIDTH = {None: 1, "complement": 2, "population": 5, "thermometer": 5}
+#: ``encoding='thermometer'``: the thresholds of a feature's five ramps and their slope
+#: (``clip((u - t) * slope, 0, 1)``: each ramp rises over 0.4 of the range, so
+#: neighbours overlap). Picked in the defaults sweep
+#: (``benchmarks/sweep_flynn_defaults.py --defaults``) among slopes 2, 2.5 and 3.33 and
+#: thresholds from 0 or 0.1: best mean gap to k-NN over 5 seeds.
+THERMOMETER_THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
+THERMOMETER_SLOPE = 2.5
 #: ``encoding='population'``: the centres of a feature's receptors, and their half-width
 #: (triangular tuning curves ``max(0, w - |x - c|)``; see :func:`encode`). The half-width
 #: was picked among 0.25, 0.375, 0.5 and 0.75 in a development sweep (a scratch script on
@@ -57,24 +66,61 @@ ENCODING_WIDTH = {None: 1, "complement": 2, "population": 5}
 #: (0.7-1.1 points).
 RECEPTOR_CENTRES = (0.0, 0.25, 0.5, 0.75, 1.0)
 RECEPTOR_HALF_WIDTH = 0.75
+#: Default ``n_connections``: ``connection_sparsity`` of the inputs the hash reads, at
+#: least 2 and at most this many (more cost time and did not help in the defaults
+#: sweep, ``benchmarks/sweep_flynn_defaults.py --defaults``).
+MAX_DEFAULT_CONNECTIONS = 16
 
 
-def encode(X, encoding):
-    """The inputs the hash reads for dense rows ``X`` (NumPy or CuPy, values in [0, 1]).
+def encode(X, encoding, low=None, span=None, clip=False):
+    """The inputs the hash reads for dense rows ``X`` (NumPy or CuPy).
 
-    ``'complement'``: ``[x, 1 - x]`` (complement coding, as in fuzzy ART).
-    ``'population'``: each feature read by five receptors with triangular tuning
-    curves, ``max(0, w - |x - c|)`` for the centres ``c`` of :data:`RECEPTOR_CENTRES`
-    and ``w =`` :data:`RECEPTOR_HALF_WIDTH`, receptor by receptor (columns
-    ``[r_c0(X), r_c1(X), ...]``). Every operation is one correctly rounded subtraction
-    (or an exact ``abs``/``max``), in the input's dtype, so NumPy and CuPy give the same
-    bits and so the same hash.
+    ``low`` and ``span`` (float64 arrays on ``X``'s device, one entry per feature; both
+    None for features already in [0, 1]) map each feature to ``u = (x - low) / span``
+    in float64, so that its range ``[low, low + span]`` becomes [0, 1]; ``clip`` then
+    reads values beyond the range as its ends.
+
+    * ``'thermometer'``: five saturating ramps per feature, ``clip((u - t) * s, 0, 1)``
+      for the thresholds ``t`` of :data:`THERMOMETER_THRESHOLDS` and the slope ``s`` of
+      :data:`THERMOMETER_SLOPE`: a feature at the bottom of its range is silent, one at
+      the top drives every ramp (1, 1, 1, 0.75, 0.25; large values win, as in the raw
+      hash), and the level in between is coded against a fixed reference.
+    * ``'population'``: five receptors with triangular tuning curves,
+      ``max(0, w - |u - c|)`` for the centres ``c`` of :data:`RECEPTOR_CENTRES` and
+      ``w =`` :data:`RECEPTOR_HALF_WIDTH`.
+    * ``'complement'``: ``[u, 1 - u]`` (complement coding, as in fuzzy ART).
+
+    Columns go receptor by receptor (``[r_0(X), r_1(X), ...]``). Every operation is one
+    correctly rounded subtraction, multiplication or division (or an exact
+    ``abs``/``max``/``clip``), so NumPy and CuPy give the same bits and so the same
+    hash. Without a range the input's dtype is kept; the scaling works in float64 (no
+    overflow for tiny ranges, no float32 subnormals for CuPy to flush).
     """
     xp = array_module(X)
+    if low is not None:
+        X = (X - low) / span  # float64 arrays: the result is float64
+    if clip:
+        X = xp.clip(X, 0.0, 1.0)
     if encoding == "complement":
         return xp.concatenate([X, 1.0 - X], axis=1)
+    if encoding == "thermometer":
+        return xp.concatenate(
+            [xp.clip((X - t) * THERMOMETER_SLOPE, 0.0, 1.0) for t in THERMOMETER_THRESHOLDS], axis=1
+        )
     w = RECEPTOR_HALF_WIDTH
     return xp.concatenate([xp.maximum(w - xp.abs(X - c), 0.0) for c in RECEPTOR_CENTRES], axis=1)
+
+
+def column_range(X):
+    """Per-feature (min, max) of ``X`` (NumPy, CuPy, SciPy or cupyx sparse; implicit
+    zeros count) as host float64 arrays."""
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    if hasattr(lo, "toarray"):  # sparse: a 1 x d sparse matrix
+        lo, hi = lo.toarray(), hi.toarray()
+    return (
+        np.asarray(to_host(lo), dtype=np.float64).ravel(),
+        np.asarray(to_host(hi), dtype=np.float64).ravel(),
+    )
 
 
 def engine(device):
@@ -169,8 +215,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     """Fly Bloom filter classifier (FlyNN) on FlyHash codes, on the CPU or a GPU.
 
     Each class keeps integer counts of how often every Kenyon cell wins in the
-    FlyHash codes of its training samples; the class filter is ``gamma ** counts``
-    and a sample is assigned to the class whose filter it finds least novel. It
+    FlyHash codes of its training samples; the class filter decays with them
+    (``gamma ** counts``, or with the counts relative to the class's mean count) and
+    a sample is assigned to the class whose filter it finds least novel. It
     approximates a nearest-neighbour classifier at the cost of one hash and
     ``k * n_classes`` look-ups per test point, and it is trained in one pass that
     sums counts, so it streams (:meth:`partial_fit`) and federates exactly
@@ -180,53 +227,79 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    n_components : int, default=None
+    n_components : int, default=8192
         Number of Kenyon cells ``m`` (hash length); forwarded to
         :class:`~sknn_gpu.fly.FlyHashTransformer`. ``None``:
-        ``int(expansion_factor * n_features)``.
+        ``int(expansion_factor * inputs)``, where ``inputs`` is the number of values
+        the hash reads per row (``n_features`` times 5, 2 or 1, by ``encoding``).
     expansion_factor : float, default=20.0
-        Cells per input feature when ``n_components`` is None.
+        Cells per input when ``n_components`` is None.
     n_connections : int, default=None
-        Inputs summed by each cell. ``None``:
-        ``max(2, int(connection_sparsity * n_features))``.
-    connection_sparsity : float, default=0.1
+        Inputs summed by each cell. ``None``: ``int(connection_sparsity * inputs)``,
+        at least 2 and at most 16 (:data:`MAX_DEFAULT_CONNECTIONS`).
+    connection_sparsity : float, default=0.2
         Fraction of the inputs each cell reads when ``n_connections`` is None.
-    k : int or float, default=32
+    k : int or float, default=256
         Winners per code: an int is a count, a float in (0, 1) a fraction of ``m``.
     precision : {'exact', 'integer', 'fast'}, default='exact'
         Arithmetic of the hash in ``fit`` and prediction (see
         :class:`~sknn_gpu.fly.FlyHashTransformer`): ``'exact'`` is bit-identical on
         CPU and GPU; ``'fast'`` hashes on tensor cores in float16 on a GPU (the
         exact hash on the CPU), close to but not always the exact winners;
-        ``'integer'`` needs ``normalize=False`` and integer-valued input (raw
+        ``'integer'`` needs ``encoding=None``, ``normalize=False`` and integer-valued input (raw
         pixels), which a GPU then hashes exactly on tensor cores (``'exact'`` does
         that too when the input happens to be integer-valued). Read at every call,
         so it can be changed after ``fit`` (parties of a federation may differ).
-    encoding : {None, 'complement', 'population'}, default=None
-        What the hash reads of each feature. FlyHash's winners ignore a row's offset
-        and scale (every cell sums the same number of inputs), which costs accuracy
-        where those carry the class (the user guide measures it). An encoding gives
-        each feature a fixed reference, so the hash sees them: ``'complement'`` reads
-        ``x`` and ``1 - x`` (2 inputs per feature), ``'population'`` five receptors
-        with triangular tuning curves centred at 0, 0.25, ..., 1 (5 inputs per
-        feature; the closest to k-NN, see the user guide for the recommended sizes).
-        Both need every feature in [0, 1] (e.g. ``MinMaxScaler(clip=True)``; other
-        values raise ``ValueError``) and make sparse input dense a batch at a time.
-        ``n_components``, ``n_connections`` and their defaults count the encoded
-        inputs. ``normalize`` then applies to the encoded rows (bounded already, so
-        ``normalize=False`` saves a pass).
-    gamma : float in [0, 1), default=0.5
-        Filter decay: ``w_l = gamma ** z_l``. ``gamma = 0`` gives the binary Fly
-        Bloom filter (a cell is 1 until any training code of the class uses it);
-        larger values forget more slowly, so frequently used cells count more.
-    normalize : bool, default=True
-        Centre each input row (subtract its mean) and scale it to unit L2 norm, in
-        float64, before hashing (the fly model's mean-centred odour responses).
-        Every cell sums the same number of inputs, so in exact arithmetic the
-        winners ignore both a row's offset and its scale; in FlyHash's float32
-        projection they do not: rows riding on a large common offset lose their
-        signal to rounding, and huge values can overflow. Normalising first
-        removes both problems at the cost of one extra pass over the data.
+    encoding : {'thermometer', 'population', 'complement'} or None, default='thermometer'
+        What the hash reads of each feature, scaled to its range (``input_range``).
+        FlyHash's winners ignore a row's offset and scale (every cell sums the same
+        number of inputs), which costs accuracy where those carry the class (the
+        user guide measures it). An encoding gives each feature a fixed reference,
+        so the hash sees them (5, 5 or 2 inputs per feature):
+        ``'thermometer'`` (the default) five saturating ramps with thresholds at
+        0.1, 0.3, ..., 0.9 of the range, each rising over 0.4 of it, so a feature at
+        the bottom of its range is silent and one at the top drives them all (large
+        values win, as in the raw hash); ``'population'`` five receptors with triangular tuning curves centred
+        at 0, 0.25, ..., 1 (closest to k-NN on small dense tables, weak where most
+        features sit at zero); ``'complement'`` reads ``u`` and ``1 - u``; ``None``
+        the raw features (the FlyHash of the papers). Sparse input is made dense a
+        batch at a time under an encoding.
+    input_range : 'fit' or (low, high), default='fit'
+        The range of each feature that an ``encoding``'s receptors tile (ignored
+        without one). ``'fit'``: each feature's minimum and maximum in the data that
+        ``fit`` (or the first ``partial_fit``) sees, kept in ``input_low_`` and
+        ``input_high_``; values beyond it are read as its ends, as
+        ``MinMaxScaler(clip=True)`` would (a constant feature reads 0). ``(low,
+        high)``, scalars or arrays of one value per feature with ``low <= high`` (a
+        feature with ``low == high`` reads 0): a fixed range, e.g. ``(0, 255)`` for
+        pixels or ``(0, 1)`` after a ``MinMaxScaler``; values outside it raise
+        ``ValueError``. Federated parties merge only with the same range: give them
+        a fixed one (:func:`~sknn_gpu.fly.fit_federated` agrees on one for them
+        under ``'fit'``).
+    gamma : float in [0, 1), default=0.03
+        Filter decay per unit of the exponent (see ``decay``). ``gamma = 0`` gives
+        the binary Fly Bloom filter (a cell is 1 until any training code of the
+        class uses it); larger values forget more slowly, so frequently used cells
+        count more.
+    decay : {'relative', 'count'}, default='relative'
+        The exponent of ``gamma`` in the filters. ``'count'``: the counts, ``w_l =
+        gamma ** z_l`` (the papers' filter); as a class's training set grows, its
+        counts grow with it and the filter saturates at 0 (0.3 ** 50 is 7e-27), so
+        ``gamma`` must be tuned to the data size. ``'relative'``: each count over
+        its class's mean count, ``w_l = gamma ** (m z_l / sum(z_l))``: a cell used
+        as often as the class's average cell weighs ``gamma``, whatever the size of
+        the training set (and of each party's share of it: the counts still add
+        up, so federated merges stay exact).
+    normalize : bool or 'auto', default='auto'
+        Centre each row the hash reads (subtract its mean) and scale it to unit L2
+        norm, in float64, before hashing (the fly model's mean-centred odour
+        responses). ``'auto'``: only without an ``encoding`` (encoded rows are
+        bounded already, so the pass would change nothing but time). Every cell sums
+        the same number of inputs, so in exact arithmetic the winners ignore both a
+        row's offset and its scale; in FlyHash's float32 projection they do not:
+        raw rows riding on a large common offset lose their signal to rounding, and
+        huge values can overflow. Normalising first removes both problems at the
+        cost of one extra pass over the data.
     batch_size : int, default=8192
         Rows hashed at a time in fit, partial_fit and prediction (bounds memory).
     random_state : int, RandomState instance or None, default=None
@@ -264,6 +337,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Winners per code.
     n_features_in_ : int
         Number of input features.
+    input_low_, input_high_ : ndarray of shape (n_features,), float64
+        The range of each feature that the encoding tiles (fitted under
+        ``input_range='fit'``, else the given one); absent when ``encoding=None``.
     feature_names_in_ : ndarray of shape (n_features,)
         Names of features seen during fit, when X has string column names.
     device_ : str
@@ -277,6 +353,13 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     Notes
     -----
+    The defaults (population encoding over the fitted range, 8,192 cells, at most
+    16 connections, 256 winners, ``gamma=0.3``) come from a cross-validated sweep
+    over scikit-learn's offline datasets (``benchmarks/sweep_flynn_defaults.py
+    --defaults``; the user guide shows it): on digits, iris, wine and
+    breast_cancer they come within a point of the best of 1-, 3- and 5-NN on
+    average.
+
     Integer counts make CPU and GPU models bit-identical; novelties are summed in
     float64 in the same order on both devices, so predictions are identical too.
     Ties in novelty go to the lowest class index.
@@ -294,18 +377,20 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     >>> from sknn_gpu.fly import FlyNNClassifier
     >>> X, y = load_digits(return_X_y=True)
     >>> X_train, X_test, y_train, y_test = train_test_split(X, y, random_state=0)
-    >>> clf = FlyNNClassifier(gamma=0.5, random_state=0, device="cpu").fit(X_train, y_train)
+    >>> clf = FlyNNClassifier(random_state=0, device="cpu").fit(X_train, y_train)
     >>> clf.counts_.shape == (10, clf.n_components_)
     True
-    >>> bool(clf.score(X_test, y_test) > 0.8)
+    >>> bool(clf.score(X_test, y_test) > 0.95)
     True
     """
 
     _parameter_constraints: dict = {
         **_hash_constraints(),
-        "encoding": [StrOptions({"complement", "population"}), None],
+        "encoding": [StrOptions({"thermometer", "population", "complement"}), None],
+        "input_range": [StrOptions({"fit"}), tuple, list],
         "gamma": [Interval(Real, 0.0, 1.0, closed="left")],
-        "normalize": ["boolean"],
+        "decay": [StrOptions({"relative", "count"})],
+        "normalize": ["boolean", StrOptions({"auto"})],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
@@ -315,16 +400,18 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        n_components=None,
+        n_components=8192,
         *,
         expansion_factor=20.0,
         n_connections=None,
-        connection_sparsity=0.1,
-        k=32,
+        connection_sparsity=0.2,
+        k=256,
         precision="exact",
-        encoding=None,
-        gamma=0.5,
-        normalize=True,
+        encoding="thermometer",
+        input_range="fit",
+        gamma=0.03,
+        decay="relative",
+        normalize="auto",
         batch_size=8192,
         random_state=None,
         device="auto",
@@ -338,7 +425,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.k = k
         self.precision = precision
         self.encoding = encoding
+        self.input_range = input_range
         self.gamma = gamma
+        self.decay = decay
         self.normalize = normalize
         self.batch_size = batch_size
         self.random_state = random_state
@@ -412,8 +501,105 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     # model state                                                          #
     # ------------------------------------------------------------------ #
 
-    def _hasher_params(self):
-        return {name: getattr(self, name) for name in HASH_PARAMS}
+    def _hasher_params(self, width):
+        """The FlyHash parameters for ``width`` inputs per row, ``n_connections=None``
+        resolved to FlyNN's default (capped at :data:`MAX_DEFAULT_CONNECTIONS`)."""
+        params = {name: getattr(self, name) for name in HASH_PARAMS}
+        if params["n_connections"] is None:
+            s = min(MAX_DEFAULT_CONNECTIONS, int(self.connection_sparsity * width))
+            params["n_connections"] = min(int(width), max(2, s))
+        return params
+
+    def _normalizes(self):
+        """Whether rows are centred and scaled before hashing (``normalize='auto'``: without an encoding)."""
+        normalize = getattr(self, "normalize", True)
+        return getattr(self, "encoding", None) is None if normalize == "auto" else bool(normalize)
+
+    def _set_input_range(self, low=None, high=None, X=None):
+        """Fix ``input_low_`` / ``input_high_`` (host float64, one per feature) under an encoding.
+
+        ``input_range='fit'``: from ``low``/``high`` (a Dask reduction, or the parties'
+        agreed range) or else the column range of ``X``; a fixed ``(low, high)`` is
+        checked (finite, one value or one per feature, ``low < high``).
+        """
+        for name in ("input_low_", "input_high_"):
+            self.__dict__.pop(name, None)
+        if getattr(self, "encoding", None) is None:
+            return
+        d = int(self.n_features_in_)
+        given = self.input_range
+        if isinstance(given, str):
+            if low is None:
+                low, high = column_range(X)
+        else:
+            if len(given) != 2:
+                raise ValueError(
+                    f"input_range must be 'fit' or a pair (low, high), got a sequence of {len(given)} items."
+                )
+            low, high = given
+        try:
+            low = np.broadcast_to(np.asarray(to_host(low), dtype=np.float64), (d,)).copy()
+            high = np.broadcast_to(np.asarray(to_host(high), dtype=np.float64), (d,)).copy()
+        except (ValueError, TypeError) as exc:
+            raise ValueError(
+                f"input_range: low and high must be numbers or arrays of {d} values (one per feature); {exc}"
+            ) from None
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            raise ValueError("input_range: low and high must be finite.")
+        if not isinstance(given, str) and not (low <= high).all():
+            j = int(np.flatnonzero(~(low <= high))[0])
+            raise ValueError(
+                f"input_range needs low <= high for every feature; feature {j} has low={low[j]:.6g}, "
+                f"high={high[j]:.6g}."
+            )
+        self.input_low_, self.input_high_ = low, high
+
+    def _range_arrays(self, Xb):
+        """``(low, span)`` of :func:`encode` (float64, on ``Xb``'s device; cached), or
+        ``(None, None)`` when every feature's range is [0, 1]."""
+
+        def build(low):
+            high = self.input_high_
+            if (low == 0).all() and (high == 1).all():
+                return None, None
+            span = high - low
+            span = np.where(span > 0, span, 1.0)  # a constant feature reads 0
+            xp = array_module(Xb)
+            return xp.asarray(low), xp.asarray(span)
+
+        return self._derived(("_input_range", self.device_), self.input_low_, build)
+
+    def _encode(self, Xb):
+        """The encoded dense device batch ``Xb``: scaled to the input range, checked or clipped."""
+        low, span = self._range_arrays(Xb)
+        fitted = isinstance(self.input_range, str)
+        if not fitted:
+            self._check_input_range(Xb)
+        # a fixed range is clipped too: only the rounding of (x - low) / span can pass 1 there,
+        # and clipping it keeps the bits of a fit over the same range under 'fit' (federated merges)
+        clip = fitted or low is not None
+        if self.device_ == "cuda" and not self._normalizes():  # one kernel, straight to float32
+            return _flynn_cuda.encode(Xb, self.encoding, low, span, clip=clip)
+        return encode(Xb, self.encoding, low, span, clip=clip)
+
+    def _check_input_range(self, Xb):
+        """Refuse values outside a fixed ``input_range`` (one pass on a [0, 1] range)."""
+        low, high = self.input_low_, self.input_high_
+        if (low == 0).all() and (high == 1).all():
+            if all_in_unit_interval(Xb):  # one pass (on the GPU: one fused reduction)
+                return
+        xp = array_module(Xb)
+        lo, hi = xp.asarray(low), xp.asarray(high)
+        bad = xp.logical_or(Xb < lo, Xb > hi)
+        if not bool(bad.any()):
+            return
+        r, j = (int(v) for v in np.unravel_index(int(xp.argmax(bad)), bad.shape))
+        value = float(Xb[r, j])
+        raise ValueError(
+            f"encoding={self.encoding!r} with input_range={self.input_range!r}: feature {j} has the "
+            f"value {value:.6g}, outside [{low[j]:.6g}, {high[j]:.6g}]. Widen input_range, scale X first "
+            "(e.g. sklearn.preprocessing.MinMaxScaler(clip=True)), or use input_range='fit'."
+        )
 
     def _init_model(self, n_features, n_samples=0, caller="fit"):
         """Resolve ``device`` and ``random_state`` once, check the size, draw the hash, zero the counts.
@@ -430,8 +616,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             # a RandomState instance: draw a seed once so the hash is fixed for this fit
             seed = int(rng.randint(np.iinfo(np.int32).max))
             rng = np.random.RandomState(seed)
-        hasher = FlyHashTransformer(**self._hasher_params(), random_state=seed, device=device)
         width = ENCODING_WIDTH[self.encoding] * int(n_features)  # the inputs the hash reads
+        hasher = FlyHashTransformer(**self._hasher_params(width), random_state=seed, device=device)
         sizes = hasher._sizes(width)
         self._check_size("fit", n_samples, n_features=width, sizes=sizes, caller=caller)
         self.hasher_ = hasher._fit_projection(width, device, rng)
@@ -448,13 +634,22 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         read; its copy on ``device_`` and that of ``classes_`` are made here, once per
         update (``_device_copy`` caches them), so prediction only reads the estimator.
         """
-        host = to_host(counts)
-        filters = np.power(np.float64(self.gamma), host.astype(np.float64))
+        filters = np.power(np.float64(self.gamma), self._decay_exponent(to_host(counts)))
         filters_on_device = to_device(filters, self.device_)
         self.counts_, self.filters_ = counts, filters_on_device
         self._filters_t = np.ascontiguousarray(filters.T)
         for name in ("_filters_t", "classes_"):
             self._device_copy(name)
+
+    def _decay_exponent(self, counts):
+        """The exponent of ``gamma`` per class and cell (host float64): the counts under
+        ``decay='count'``, else each count over its class's mean count,
+        ``z_l[i] * m / sum_j z_l[j]`` (a class that used no cell keeps its zeros)."""
+        z = np.asarray(counts, dtype=np.float64)
+        if getattr(self, "decay", "count") == "count":
+            return z
+        total = z.sum(axis=1, keepdims=True)
+        return z * z.shape[1] / np.where(total > 0, total, 1.0)
 
     def _forget(self):
         """Drop every fitted attribute and cache: a fit that fails leaves the estimator unfitted."""
@@ -512,11 +707,19 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self._footprint(stage, n_samples, n_features, sizes),
             self.device_,
             what=(
-                f"{type(self).__name__}.{caller or stage} of {n_samples} samples x {n_features} features "
+                f"{type(self).__name__}.{caller or stage} of {n_samples} samples x "
+                f"{self._inputs_text(n_features)} "
                 f"with n_components={sizes[0]} cells, {len(self.classes_)} classes, "
                 f"batch_size={self.batch_size}"
             ),
         )
+
+    def _inputs_text(self, width):
+        """``'64 features'``, or ``'64 features (320 inputs after encoding='population')'``."""
+        d = getattr(self, "n_features_in_", width)
+        if getattr(self, "encoding", None) is None or d == width:
+            return f"{width} features"
+        return f"{d} features ({width} inputs after encoding={self.encoding!r})"
 
     def _progress(self, what, n_samples):
         """The :class:`~sknn_gpu._progress.Progress` of ``what`` over the batches of ``n_samples`` rows."""
@@ -534,44 +737,32 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         when ``verbose`` asks for reports.
         """
         encoding = getattr(self, "encoding", None)
-        if encoding is not None:
-            self._check_unit_range(X)
-        elif not self.normalize:  # raw inputs are summed in float32: refuse what it cannot hold
+        normalize = self._normalizes()
+        if encoding is None and not normalize:  # raw inputs are summed in float32: refuse what it cannot hold
             self.hasher_._check_float32_range(X, hint="rescale X or use normalize=True")
         precision = getattr(self, "precision", "exact")
-        if precision == "integer" and (self.normalize or encoding is not None):
+        if precision == "integer" and (normalize or encoding is not None):
             raise ValueError(
-                "precision='integer' needs normalize=False and encoding=None: normalize=True centres "
-                "and scales the rows, and an encoding maps them to receptor responses, which are "
+                "precision='integer' needs encoding=None and normalize=False: an encoding maps the "
+                "features to receptor responses and normalize centres and scales the rows, which are "
                 "then no longer integer-valued."
             )
         eng = engine(self.device_)
-        dense_first = (self.normalize or encoding is not None) and (sp.issparse(X) or is_cupy_sparse(X))
+        dense_first = (normalize or encoding is not None) and (sp.issparse(X) or is_cupy_sparse(X))
         bs = int(self.batch_size)
         for start in range(0, X.shape[0], bs):  # loop over batches, not samples
             Xb = X[start : start + bs]
             Xb = to_device(Xb.toarray() if dense_first else Xb, self.device_)
             if encoding is not None:
-                Xb = encode(Xb, encoding)
-            if self.normalize:
+                Xb = self._encode(Xb)
+            if normalize:
                 Xb = eng.row_normalize(Xb)
             # normalised or encoded rows are not integer-valued (in general), so the GPU need not look
-            integer_input = False if self.normalize or encoding is not None else None
+            integer_input = False if normalize or encoding is not None else None
             yield start, self.hasher_._winners(Xb, precision=precision, integer_input=integer_input)
             if bar is not None and self.verbose:
                 synchronize(self.device_)
                 bar.update(rows=Xb.shape[0])
-
-    def _check_unit_range(self, X):
-        """Refuse input outside [0, 1] under an ``encoding`` (its receptors span [0, 1])."""
-        data = X.data if sp.issparse(X) or is_cupy_sparse(X) else X
-        if not all_in_unit_interval(data):  # one pass (on the GPU: one fused reduction)
-            lo, hi = float(data.min()), float(data.max())
-            raise ValueError(
-                f"encoding={self.encoding!r} needs every feature in [0, 1]; X has values in "
-                f"[{lo:.4g}, {hi:.4g}]. Scale it first, e.g. with "
-                "sklearn.preprocessing.MinMaxScaler(clip=True) in a Pipeline."
-            )
 
     def _count(self, X, y_idx, bar=None):
         """Counts (n_classes, m) of the winners of ``X`` per class, summed over batches.
@@ -622,6 +813,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             )
         self.classes_ = np.unique(y_host)
         try:
+            self._set_input_range(X=X)
             self._init_model(X.shape[1], X.shape[0])
             bar = self._progress("fit", X.shape[0])
             self._set_counts(self._count(X, self._encode_y(y_host, X.shape[0]), bar))
@@ -670,6 +862,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             bar.close(samples=X.shape[0])
             return self
         try:
+            self._set_input_range(X=X)
             self._init_model(X.shape[1], X.shape[0], caller="partial_fit")
             bar = self._progress("partial_fit", X.shape[0])
             self._set_counts(self._count(X, y_idx, bar))
@@ -695,6 +888,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                 check_classification_targets(classes)
                 self.classes_ = classes
             if first:
+                low = high = None
+                if getattr(self, "encoding", None) is not None and isinstance(self.input_range, str):
+                    low, high = _fly_dask.column_range(self, X)  # one reduction over the blocks
+                self._set_input_range(low, high)
                 self._init_model(d, 0, caller=what)
             bar = Progress(self, f"{type(self).__name__}.{what} (dask)", verbose=self.verbose, unit="blocks")
             total, n, bar.n = _fly_dask.counts(self, X, y, what)

@@ -15,7 +15,7 @@ import numpy as np
 from .._backend import device_limits, get_cupy
 from .._kernels import get_function
 
-__all__ = ["row_normalize", "count", "novelty", "argmin", "nearest_class", "work_bytes"]
+__all__ = ["row_normalize", "encode", "count", "novelty", "argmin", "nearest_class", "work_bytes"]
 
 THREADS = 256
 #: Most classes for which predict fuses novelty and arg-min (per-class sums in registers).
@@ -54,6 +54,53 @@ def row_normalize(X):  # pragma: no cover - needs a GPU
     n, d = X.shape
     name = "flynn_row_normalize_f32" if X.dtype == cp.float32 else "flynn_row_normalize_f64"
     get_function("flynn", name)(_grid(n, THREADS // 32, 64), (THREADS,), (X, out, np.int64(n), np.int64(d)))
+    return out
+
+
+_ENC_KIND = {"thermometer": 0, "population": 1, "complement": 2}
+
+
+def encode(X, encoding, low=None, span=None, clip=False):  # pragma: no cover - needs a GPU
+    """:func:`sknn_gpu.fly._flynn.encode` in one kernel, straight to the float32 the hash
+    reads (the reference's float64 or input-dtype result, cast): one pass instead of a
+    dozen CuPy element-wise passes and a float64 copy. Same bits as the reference
+    followed by a float32 cast (``flynn.cu``: ``flynn_encode``)."""
+    from ._flynn import (
+        RECEPTOR_CENTRES,
+        RECEPTOR_HALF_WIDTH,
+        THERMOMETER_SLOPE,
+        THERMOMETER_THRESHOLDS,
+    )
+
+    cp = get_cupy()
+    if X.strides[1] != X.itemsize:
+        X = cp.ascontiguousarray(X)
+    n, d = X.shape
+    kind = _ENC_KIND[encoding]
+    out = cp.empty((n, (2 if kind == 2 else 5) * d), dtype=cp.float32)
+    if kind == 0:
+        consts = (*THERMOMETER_THRESHOLDS, THERMOMETER_SLOPE)
+    else:
+        consts = (*RECEPTOR_CENTRES, RECEPTOR_HALF_WIDTH)
+    consts = cp.asarray(np.array(consts, dtype=np.float64))
+    t = "float" if X.dtype == cp.float32 else "double"
+    ranged = low is not None
+    kern = get_function(
+        "flynn", "flynn_encode", ENC_T=t, ENC_C="double" if ranged else t, ENC_KIND=kind, RANGE=int(ranged)
+    )
+    args = (
+        X,
+        np.int64(n),
+        np.int64(d),
+        np.int64(X.strides[0] // X.itemsize),
+        low,
+        span,
+        np.int32(clip),
+        consts,
+        out,
+    )
+    if n * d:
+        kern(_grid(n * d, THREADS, 16), (THREADS,), args)
     return out
 
 
