@@ -1064,11 +1064,15 @@ def test_defaults_reach_knn_on_digits(digits):
 @pytest.mark.parametrize("encoding", ["thermometer", "population", "complement"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("input_range", ["fit", (0, 1)])
-@pytest.mark.parametrize("d", [24, 200])  # encoded widths 48-400: the band path; 1000: the fused kernel
-def test_encoding_cpu_gpu_bit_identical(rng, encoding, dtype, input_range, d):
+@pytest.mark.parametrize("d", [24, 200])  # encoded widths 48-1000
+@pytest.mark.parametrize("route", ["auto", "band"])  # the fused kernel (s <= 16), or the product forced
+def test_encoding_cpu_gpu_bit_identical(monkeypatch, rng, encoding, dtype, input_range, d, route):
     import cupy as cp
 
     from sknn_gpu.fly import _flyhash_cuda
+
+    if route == "band":
+        monkeypatch.setenv("SKNN_GPU_FLYHASH_BAND", "1")
 
     X, y = _unit_blobs(rng, n=400, d=d, n_classes=5)
     Xt = _unit_blobs(rng, n=150, d=d, n_classes=5)[0]
@@ -1078,9 +1082,8 @@ def test_encoding_cpu_gpu_bit_identical(rng, encoding, dtype, input_range, d):
     params = dict(encoding=encoding, input_range=input_range, random_state=0)
     cpu = FlyNNClassifier(**params, device="cpu").fit(X, y)
     gpu = FlyNNClassifier(**params, device="cuda").fit(cp.asarray(X), y)
-    h = gpu.hasher_  # the routing rule: complement at d=200 (400 inputs) still takes the band path
-    assert _flyhash_cuda._band_ok(h) is (2 * h.n_features_in_ <= _flyhash_cuda.BAND_WIDTH_PER_CONNECTION * 16)
-    assert _flyhash_cuda._band_ok(h) is (d == 24 or encoding == "complement")
+    h = gpu.hasher_  # s <= 16 < 18 + d / 93: the rule picks the fused kernel
+    assert h.n_connections_ <= 16 and _flyhash_cuda._band_ok(h) is (route == "band")
     np.testing.assert_array_equal(gpu.input_low_, cpu.input_low_)
     assert np.array_equal(cp.asnumpy(gpu.counts_), cpu.counts_)
     assert np.array_equal(cp.asnumpy(gpu.novelty(cp.asarray(Xt))), cpu.novelty(Xt))

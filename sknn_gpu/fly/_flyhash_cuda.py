@@ -320,12 +320,16 @@ def _fused_block(fh, Xb, out, idx, algorithm, stats=None):  # pragma: no cover -
 BAND_MAX_CONNECTIONS = 96
 #: ... and at most this many units (the selection's bit mask of candidate winners).
 BAND_MAX_UNITS = 65536
-#: ... and when the product is not the costlier: the split product multiplies
-#: ``2 d`` (padded) inputs per unit on tensor cores, the fused kernel gathers ``s`` in
-#: its cores; the band path is taken while ``2 d <= BAND_WIDTH_PER_CONNECTION * s``
-#: (FlyNN's population-encoded 784 features, ``2 d = 7840`` against ``s = 16``, go
-#: to the fused kernel; the measurements are in docs/performance.md).
-BAND_WIDTH_PER_CONNECTION = 64
+#: ... and when the product is not the costlier: its tensor cores multiply all ``d``
+#: inputs of a row (split in two), while the fused kernel gathers ``s`` per unit, so
+#: the band path is taken from ``s >= BAND_CROSSOVER_BASE + d / BAND_CROSSOVER_FEATURES``
+#: connections on. Measured on an H100 (10,000 uniform rows, 8,192 units, k=256,
+#: docs/performance.md): the fused kernel wins at d=784 up to s=24 and the product from
+#: s=39; at d=1,568 they tie at s=39; at d=3,920 the fused kernel wins at s=39, the
+#: product at s=64. (FlyNN's defaults, 3,920 encoded inputs and s=16, take the fused
+#: kernel; FlyHash's FashionMNIST shape, d=784 and s=39, the product.)
+BAND_CROSSOVER_BASE = 18
+BAND_CROSSOVER_FEATURES = 93
 #: Factor on the error bound of the approximate activations (see :func:`_band_width`).
 BAND_SAFETY = 8.0
 
@@ -340,7 +344,7 @@ def _band_ok(fh):
     forced = os.environ.get("SKNN_GPU_FLYHASH_BAND", "")
     if forced in ("0", "1"):
         return forced == "1"
-    return 2 * _half_width(fh.n_features_in_) <= BAND_WIDTH_PER_CONNECTION * fh.n_connections_
+    return fh.n_connections_ >= BAND_CROSSOVER_BASE + _half_width(fh.n_features_in_) / BAND_CROSSOVER_FEATURES
 
 
 def _band_width(s):
