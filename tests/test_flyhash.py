@@ -108,6 +108,29 @@ def test_tie_rule_lower_index_wins():
     assert np.all(H[:, :7] == 1) and np.all(H[:, 7:] == 0)
 
 
+def test_break_ties_keeps_the_lowest_indices_of_the_tied_entries(device, rng):
+    """break_ties (index lists of the tied entries) equals the cumulative-count rule it
+    replaced: every entry above the threshold, then the lowest-index equal ones up to k."""
+    from sknn_gpu.fly._wta import break_ties
+
+    xp = get_xp(device)
+    for _ in range(50):
+        n, m = int(rng.integers(1, 30)), int(rng.integers(2, 300))
+        k = int(rng.integers(1, m))
+        A = rng.integers(0, int(rng.integers(2, 12)), size=(n, m)).astype(np.float32)
+        thr = np.partition(A, m - k, axis=1)[:, m - k : m - k + 1]
+        tied = (A >= thr).sum(axis=1) > k
+        if not tied.any():
+            continue
+        sub, th = A[tied], thr[tied]
+        gt, eq = sub > th, sub == th
+        need = (k - gt.sum(axis=1))[:, None]
+        expected = gt | (eq & (np.cumsum(eq, axis=1) <= need))
+        got = to_host(break_ties(xp.asarray(sub), xp.asarray(th), k))
+        np.testing.assert_array_equal(got, expected)
+        assert (got.sum(axis=1) == k).all()
+
+
 def test_negative_zero_ties_with_zero():
     X = np.array([[-0.0, 0.0, -0.0, 0.0]])
     fh = FlyHashTransformer(n_components=12, n_connections=1, k=5, random_state=0, device="cpu")

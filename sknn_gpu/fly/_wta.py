@@ -42,8 +42,15 @@ def break_ties(sub, thr, k):
     xp = array_module(sub)
     gt = sub > thr
     eq = sub == thr
-    need = (k - gt.sum(axis=1))[:, None]
-    return gt | (eq & (xp.cumsum(eq, axis=1, dtype=xp.int32) <= need))
+    need = k - gt.sum(axis=1)
+    # the entries equal to the threshold, row by row in column order (a few per row): the
+    # first ``need`` of each row win; no pass over whole rows beyond the two comparisons
+    r, c = xp.nonzero(eq)
+    per_row = eq.sum(axis=1)
+    rank = xp.arange(r.size) - (xp.cumsum(per_row) - per_row)[r]
+    keep = rank < need[r]
+    gt[r[keep], c[keep]] = True
+    return gt
 
 
 def wta_bisect_mask(A, k, steps=BISECT_STEPS):
