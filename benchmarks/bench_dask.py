@@ -39,6 +39,7 @@ from _harness import (
 
 from sknn_gpu import FlyHashTransformer, FlyNNClassifier
 from sknn_gpu._backend import cuda_available, to_host
+from sknn_gpu.fly import PAPERS_FLYNN
 
 
 def _rows(i, n, d, gpu):
@@ -102,8 +103,8 @@ def run(n_rows, chunk, hash_shape, gpu, worker_counts, repeat, threads=1):
     )
     # the raw features' hash with gamma ** counts: the configuration the recorded 2-GPU figures
     # measured (FlyNN's defaults before 2026-11-26)
-    papers = dict(encoding=None, gamma=0.5, decay="count")
-    fly = FlyNNClassifier(n_components=m, n_connections=s, k=k, **papers, random_state=0, device=device)
+    papers = {**PAPERS_FLYNN, "n_components": m, "n_connections": s, "k": k}
+    fly = FlyNNClassifier(**papers, random_state=0, device=device)
     unit = "GPU" if gpu else "CPU worker"
 
     # ------------------------------------------------ in memory, one device

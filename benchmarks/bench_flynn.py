@@ -46,7 +46,7 @@ from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier
 
 from sknn_gpu._backend import cuda_available
-from sknn_gpu.fly import FlyNNClassifier
+from sknn_gpu.fly import PAPERS_FLYNN, FlyNNClassifier
 
 
 def synthetic(n_train, n_test, d=784, n_classes=10, clusters=6, seed=0):
@@ -461,9 +461,7 @@ def main(argv=None):
         X = X.astype(np.float32)
         parts = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
         run_case("digits (defaults)", *parts, params=dict(random_state=0), gpu=gpu, quick=args.quick)
-        papers = dict(
-            encoding=None, n_components=None, connection_sparsity=0.1, k=32, gamma=0.5, decay="count"
-        )
+        papers = PAPERS_FLYNN
         run_case(
             "digits (the papers' FlyNN)",
             *parts,

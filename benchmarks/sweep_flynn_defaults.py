@@ -34,6 +34,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, MinMaxScaler
 
 from sknn_gpu import FlyNNClassifier
+from sknn_gpu.fly import PAPERS_FLYNN
 from sknn_gpu.fly._flynn import encode
 
 data = {
@@ -52,7 +53,7 @@ for name, (X, y) in data.items():
 print("knn", {k: round(v, 3) for k, v in knn.items()})
 
 #: The papers' FlyNN (this package's defaults before 2026-11-26): what the older modes sweep.
-PAPERS = dict(encoding=None, n_components=None, connection_sparsity=0.1, k=32, gamma=0.5, decay="count")
+PAPERS = PAPERS_FLYNN
 
 
 def _row_centred_unit(X):

@@ -1048,14 +1048,14 @@ def test_encoding_sparse_streaming_and_merge(rng, encoding):
 
 
 def test_defaults_reach_knn_on_digits(digits):
-    """``FlyNNClassifier()`` on raw digits (pixels 0..16): the population encoding over
-    the fitted range reaches 0.95 (3-NN: 0.98), where the raw hash of the papers, at
-    its former defaults, trails by several points."""
+    """``FlyNNClassifier()`` on raw digits (pixels 0..16): the thermometer encoding over
+    the fitted range reaches 0.95 (3-NN: 0.98), where the papers' FlyNN, the former
+    defaults, trails by several points."""
+    from sknn_gpu.fly import PAPERS_FLYNN
+
     X_train, X_test, y_train, y_test = digits
     acc = FlyNNClassifier(random_state=0, device="cpu").fit(X_train, y_train).score(X_test, y_test)
-    former = FlyNNClassifier(
-        None, connection_sparsity=0.1, k=32, gamma=0.5, random_state=0, device="cpu", **RAW
-    )
+    former = FlyNNClassifier(**PAPERS_FLYNN, random_state=0, device="cpu")
     assert acc >= 0.95
     assert acc > former.fit(X_train, y_train).score(X_test, y_test) + 0.02
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from sklearn.exceptions import NotFittedError
 
 from sknn_gpu._backend import InsufficientMemoryError, to_device, to_host
-from sknn_gpu.fly import FlyHashTransformer, FlyNNClassifier, merge_flynn
+from sknn_gpu.fly import PAPERS_FLYNN, FlyHashTransformer, FlyNNClassifier, merge_flynn
 from sknn_gpu.fly._flynn_cpu import row_normalize
 
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -187,10 +187,8 @@ def test_merged_parties_equal_pooled_fit_and_naive_count(device, case):
     X = (centres[y_idx] + rng.normal(size=(n, d))) * 10.0**exponent
     y = np.array([f"class{c}" for c in range(n_classes)])[y_idx] if str_labels else y_idx * 7 - 3
     # the papers' FlyNN (raw rows, gamma ** counts): what the naive reference below computes
-    params = dict(
-        k=4, n_components=None, expansion_factor=6.0, gamma=gamma, random_state=seed % 997, device=device
-    )
-    params.update(encoding=None, connection_sparsity=0.1, decay="count")
+    params = {**PAPERS_FLYNN, "k": 4, "expansion_factor": 6.0, "gamma": gamma}
+    params.update(random_state=seed % 997, device=device)
     perm = rng.permutation(n)
     cuts = np.sort(rng.choice(np.arange(1, n), size=n_parties - 1, replace=False)) if n_parties > 1 else []
     shards = np.split(perm, cuts)  # shuffled, non-empty shards

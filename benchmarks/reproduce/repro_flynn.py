@@ -22,13 +22,13 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from sklearn.neighbors import KNeighborsClassifier
 
-from sknn_gpu.fly import FlyNNClassifier, merge_flynn
+from sknn_gpu.fly import PAPERS_FLYNN, FlyNNClassifier, merge_flynn
 
 TITLE = "FlyNN (Fly Bloom filter k-NN): accuracy vs k-NN, federated == pooled, differential privacy"
 SRC = "flyhash-gpu-wta.md §II-b"
 #: The papers' FlyNN: the raw features (rows centred and scaled), m = 20 d cells reading
 #: 10 % of the features, filters gamma ** counts (this package's defaults before 2026-11-26).
-PAPERS = dict(encoding=None, n_components=None, connection_sparsity=0.1, decay="count")
+PAPERS = PAPERS_FLYNN
 CONFIGS = (
     ("FlyNN of the papers, k=32, gamma=0.5", dict(PAPERS, k=32, gamma=0.5)),
     ("FlyNN of the papers, k=128, gamma=0.6", dict(PAPERS, k=128, gamma=0.6)),

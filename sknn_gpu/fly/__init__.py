@@ -2,7 +2,7 @@
 
 from ._federated import fit_federated, merge_flynn
 from ._flyhash import FlyHashTransformer
-from ._flynn import FlyNNClassifier
+from ._flynn import PAPERS_FLYNN, FlyNNClassifier
 from ._wta import wta
 
-__all__ = ["FlyHashTransformer", "wta", "FlyNNClassifier", "merge_flynn", "fit_federated"]
+__all__ = ["FlyHashTransformer", "wta", "FlyNNClassifier", "PAPERS_FLYNN", "merge_flynn", "fit_federated"]

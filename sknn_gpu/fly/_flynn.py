@@ -44,7 +44,13 @@ from ..base import DeviceClassifierMixin, DeviceMixin
 from . import _fly_dask, _flynn_cpu, _flynn_cuda
 from ._flyhash import FlyHashTransformer, check_footprint, flyhash_bytes
 
-__all__ = ["FlyNNClassifier", "engine"]
+__all__ = ["FlyNNClassifier", "PAPERS_FLYNN", "engine"]
+
+#: The FlyNN of the papers (Sinha & Ram; this package's defaults before 2026-11-26): the
+#: raw features (rows centred and scaled), 20 cells per feature reading 10 % of them,
+#: k=32 and the filters ``gamma ** counts`` with ``gamma=0.5``.
+#: ``FlyNNClassifier(**PAPERS_FLYNN)`` builds it.
+PAPERS_FLYNN = dict(n_components=None, connection_sparsity=0.1, k=32, gamma=0.5, encoding=None, decay="count")
 
 #: The FlyHash parameters a FlyNNClassifier forwards to its FlyHashTransformer.
 HASH_PARAMS = ("n_components", "expansion_factor", "n_connections", "connection_sparsity", "k")
@@ -360,8 +366,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     --defaults``; the user guide shows it): on digits, iris, wine and
     breast_cancer they come within 1.5 points of the best of 1-, 3- and 5-NN on
     average (the papers' FlyNN: 9.5 points). The papers' FlyNN is
-    ``FlyNNClassifier(n_components=None, connection_sparsity=0.1, k=32,
-    gamma=0.5, encoding=None, decay='count')``.
+    ``FlyNNClassifier(**sknn_gpu.fly.PAPERS_FLYNN)``: ``n_components=None,
+    connection_sparsity=0.1, k=32, gamma=0.5, encoding=None, decay='count'``.
 
     Integer counts make CPU and GPU models bit-identical; novelties are summed in
     float64 in the same order on both devices, so predictions are identical too.
