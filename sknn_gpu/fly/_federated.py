@@ -319,7 +319,7 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
         )
     ranges = (None, None)
     party = {**full, "verbose": 0}  # the client reports, parties stay quiet
-    if not (isinstance(shards, tuple) and len(shards) == 2 and is_dask_collection(shards[0])):
+    if not _dask_pair(shards):
         shards = list(shards)  # read twice below (an iterator would be spent)
     if full["encoding"] is not None and isinstance(full["input_range"], str):
         ranges = _agreed_range(client, shards, party)  # every party tiles the same range
@@ -344,6 +344,18 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
     return clf
 
 
+def _dask_pair(shards):
+    """Whether ``shards`` is an ``(X, y)`` pair of Dask arrays (each row block one party)."""
+    return isinstance(shards, tuple) and len(shards) == 2 and is_dask_collection(shards[0])
+
+
+def _check_row_blocks(X):
+    """Refuse a Dask ``X`` with an empty row block (an empty party), naming it."""
+    for i, rows in enumerate(X.chunks[0]):
+        if rows == 0:
+            raise _empty_shard(i)
+
+
 def _shard_range(pair, index, params):
     """Runs on a worker (or the client, for a local pair): the (min, max) per feature of one
     shard's X, checked as a party's fit checks it (errors name the shard)."""
@@ -360,11 +372,9 @@ def _agreed_range(client, shards, params):
     data, which the parties then share (2 x n_features numbers travel per party)."""
     from distributed import Future
 
-    if isinstance(shards, tuple) and len(shards) == 2 and is_dask_collection(shards[0]):
+    if _dask_pair(shards):
         X = shards[0]
-        for i, rows in enumerate(X.chunks[0]):
-            if rows == 0:
-                raise _empty_shard(i)
+        _check_row_blocks(X)
         template = FlyNNClassifier(**params)
         template.n_features_in_ = int(X.shape[1])
         return _fly_dask.column_range(template, X.rechunk({1: -1}))
@@ -378,14 +388,13 @@ def _agreed_range(client, shards, params):
             raise TypeError(f"shards[{i}] must be a Future or an (X, y) pair, got {type(s).__name__}.")
     if not ranges:
         raise ValueError("fit_federated needs at least one shard.")
-    ranges = [r.result() if isinstance(r, Future) else r for r in ranges]
-    return np.min([r[0] for r in ranges], axis=0), np.max([r[1] for r in ranges], axis=0)
+    return _fly_dask.wider_range(*[r.result() if isinstance(r, Future) else r for r in ranges])
 
 
 def _submit(client, shards, params):
     from distributed import Future
 
-    if isinstance(shards, tuple) and len(shards) == 2 and is_dask_collection(shards[0]):
+    if _dask_pair(shards):
         import dask
 
         X, y = shards
@@ -395,9 +404,7 @@ def _submit(client, shards, params):
             y = da.from_array(np.asarray(y), chunks=(X.chunks[0],))
         X = X.rechunk({1: -1})
         y = y.rechunk((X.chunks[0],))
-        for i, rows in enumerate(X.chunks[0]):
-            if rows == 0:
-                raise _empty_shard(i)
+        _check_row_blocks(X)
         xb, yb = X.to_delayed().ravel(), y.to_delayed().ravel()
         tasks = [
             dask.delayed(_fit_party)(a, b, params, i) for i, (a, b) in enumerate(zip(xb, yb, strict=True))

@@ -83,7 +83,8 @@ def _block_range(shell, X):
     return None if X.shape[0] == 0 else column_range(shell._validate_X(X, reset=False))
 
 
-def _wider_range(*parts):
+def wider_range(*parts):
+    """The per-feature (min, max) over (min, max) pairs (None entries skipped; all None: None)."""
     parts = [p for p in parts if p is not None]
     if not parts:
         return None
@@ -98,7 +99,7 @@ def column_range(est, X):
 
     shared = dask.delayed(_shell(est), traverse=False)
     parts = [dask.delayed(_block_range)(shared, b) for b in X.to_delayed().ravel()]
-    return dask.compute(tree_reduce(parts, _wider_range))[0]
+    return dask.compute(tree_reduce(parts, wider_range))[0]
 
 
 def aligned(v, X, name="y"):
