@@ -198,9 +198,9 @@ extern "C" __global__ void flynn_row_normalize_f64(const double* __restrict__ x,
 // The arithmetic is the reference's, step by step: after a range scaling
 // u = (x - low[j]) / span[j] in double (RANGE = 1), else in the input's own type
 // (ENC_C = ENC_T), each step one correctly rounded intrinsic (no FMA contraction);
-// the constants (thresholds or centres, then the slope or half-width) arrive in
-// `consts` as double and are rounded to ENC_C as NumPy rounds a Python float against
-// a float32 array. The cast to float32 at the end rounds to nearest, as astype does.
+// the constants (thresholds or centres q0..q4, then the slope or half-width q5) arrive
+// as double arguments and are rounded to ENC_C as NumPy rounds a Python float against
+// a float32 array. ENC_WIDTH values per input (5, or 2 for complement). The cast to float32 at the end rounds to nearest, as astype does.
 //   ENC_KIND 0: thermometer  clip((u - t_q) * slope, 0, 1)     q = 0..4
 //   ENC_KIND 1: population   max(w - |u - c_q|, 0)              q = 0..4
 //   ENC_KIND 2: complement   u, 1 - u
@@ -214,11 +214,13 @@ __device__ __forceinline__ ENC_C clip01(ENC_C v) { return v < (ENC_C)0 ? (ENC_C)
 
 extern "C" __global__ void flynn_encode(const ENC_T* __restrict__ x, const long long n, const long long d,
                                         const long long ldx, const double* __restrict__ low,
-                                        const double* __restrict__ span, const int clip,
-                                        const double* __restrict__ consts, float* __restrict__ out)
+                                        const double* __restrict__ span, const int clip, const double q0,
+                                        const double q1, const double q2, const double q3, const double q4,
+                                        const double q5, float* __restrict__ out)
 {
     const long long total = n * d;
-    const long long width = (ENC_KIND == 2 ? 2 : 5) * d;
+    const long long width = ENC_WIDTH * d;
+    const double consts[6] = {q0, q1, q2, q3, q4, q5};
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total;
          i += (long long)gridDim.x * blockDim.x) {
         const long long r = i / d, j = i - r * d;

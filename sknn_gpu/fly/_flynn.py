@@ -568,15 +568,18 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         ``(None, None)`` when every feature's range is [0, 1]."""
 
         def build(low):
-            high = self.input_high_
-            if (low == 0).all() and (high == 1).all():
+            if self._unit_range():
                 return None, None
-            span = high - low
+            span = self.input_high_ - low
             span = np.where(span > 0, span, 1.0)  # a constant feature reads 0
             xp = array_module(Xb)
             return xp.asarray(low), xp.asarray(span)
 
         return self._derived(("_input_range", self.device_), self.input_low_, build)
+
+    def _unit_range(self):
+        """Whether every feature's range is [0, 1] (the encoding reads the values as they are)."""
+        return bool((self.input_low_ == 0).all() and (self.input_high_ == 1).all())
 
     def _encode(self, Xb):
         """The encoded dense device batch ``Xb``: scaled to the input range, checked or clipped."""
@@ -594,9 +597,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     def _check_input_range(self, Xb):
         """Refuse values outside a fixed ``input_range`` (one pass on a [0, 1] range)."""
         low, high = self.input_low_, self.input_high_
-        if (low == 0).all() and (high == 1).all():
-            if all_in_unit_interval(Xb):  # one pass (on the GPU: one fused reduction)
-                return
+        if self._unit_range() and all_in_unit_interval(Xb):  # one pass (GPU: one fused reduction)
+            return
         xp = array_module(Xb)
         lo, hi = xp.asarray(low), xp.asarray(high)
         bad = xp.logical_or(Xb < lo, Xb > hi)

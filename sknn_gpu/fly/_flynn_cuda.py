@@ -66,6 +66,7 @@ def encode(X, encoding, low=None, span=None, clip=False):  # pragma: no cover - 
     dozen CuPy element-wise passes and a float64 copy. Same bits as the reference
     followed by a float32 cast (``flynn.cu``: ``flynn_encode``)."""
     from ._flynn import (
+        ENCODING_WIDTH,
         RECEPTOR_CENTRES,
         RECEPTOR_HALF_WIDTH,
         THERMOMETER_SLOPE,
@@ -76,29 +77,27 @@ def encode(X, encoding, low=None, span=None, clip=False):  # pragma: no cover - 
     if X.strides[1] != X.itemsize:
         X = cp.ascontiguousarray(X)
     n, d = X.shape
-    kind = _ENC_KIND[encoding]
-    out = cp.empty((n, (2 if kind == 2 else 5) * d), dtype=cp.float32)
+    kind, width = _ENC_KIND[encoding], ENCODING_WIDTH[encoding]
+    out = cp.empty((n, width * d), dtype=cp.float32)
     if kind == 0:
         consts = (*THERMOMETER_THRESHOLDS, THERMOMETER_SLOPE)
-    else:
+    else:  # complement reads none of them
         consts = (*RECEPTOR_CENTRES, RECEPTOR_HALF_WIDTH)
-    consts = cp.asarray(np.array(consts, dtype=np.float64))
     t = "float" if X.dtype == cp.float32 else "double"
     ranged = low is not None
     kern = get_function(
-        "flynn", "flynn_encode", ENC_T=t, ENC_C="double" if ranged else t, ENC_KIND=kind, RANGE=int(ranged)
+        "flynn",
+        "flynn_encode",
+        ENC_T=t,
+        ENC_C="double" if ranged else t,
+        ENC_KIND=kind,
+        ENC_WIDTH=width,
+        RANGE=int(ranged),
     )
-    args = (
-        X,
-        np.int64(n),
-        np.int64(d),
-        np.int64(X.strides[0] // X.itemsize),
-        low,
-        span,
-        np.int32(clip),
-        consts,
-        out,
-    )
+    ldx = np.int64(X.strides[0] // X.itemsize)
+    # no range: low and span are never read (None goes as a null pointer); the six
+    # constants go by value (no upload per batch)
+    args = (X, np.int64(n), np.int64(d), ldx, low, span, np.int32(clip), *map(np.float64, consts), out)
     if n * d:
         kern(_grid(n * d, THREADS, 16), (THREADS,), args)
     return out
