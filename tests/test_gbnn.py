@@ -900,11 +900,11 @@ def test_store_failing_half_way(monkeypatch, device, failing_batch):
     from sklearn.exceptions import NotFittedError
     from sklearn.utils.validation import check_is_fitted
 
-    from sknn_gpu.memory import _gbnn
+    from sknn_gpu.memory._gbnn_engine import engine
 
     rng = np.random.default_rng(5)
     msgs = rng.integers(0, 16, size=(400, 5))
-    eng = _gbnn._engine(device)
+    eng = engine(device)
     real_store, calls = eng.store, []
 
     def failing_store(W, X, L, progress=None):

@@ -32,19 +32,15 @@ from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
 from ..base import DeviceMixin
-from . import _gbnn_cpu, _gbnn_cuda, _gbnn_dask
+from . import _gbnn_cuda, _gbnn_dask
 from ._gbnn_cpu import _n_words
+from ._gbnn_engine import engine
 
 __all__ = ["GBNNMemory", "RetrievalResult", "theoretical_density", "erasure_error_rate", "gbnn_bytes"]
 
 #: Largest ``cluster_size``: symbols are int32 on the GPU (and ``W_`` would need at least
 #: ``L²/8`` bytes, 2**59 for this ``L``, long before).
 MAX_CLUSTER_SIZE = 2**31 - 1
-
-
-def _engine(device):
-    """The engine module of a resolved device: ``_gbnn_cpu`` or ``_gbnn_cuda``."""
-    return _gbnn_cuda if device == "cuda" else _gbnn_cpu
 
 
 # ----------------------------------------------------------------------------------
@@ -82,7 +78,7 @@ def gbnn_bytes(device, n_clusters, cluster_size, n_rows=0, operation="fit"):
     if operation not in ("fit", "partial_fit", "retrieve"):
         raise ValueError(f"operation must be 'fit', 'partial_fit' or 'retrieve', got {operation!r}.")
     C, L, n_rows = int(n_clusters), int(cluster_size), int(n_rows)
-    host, dev = _engine(device).work_bytes("retrieve" if operation == "retrieve" else "store", n_rows, C, L)
+    host, dev = engine(device).work_bytes("retrieve" if operation == "retrieve" else "store", n_rows, C, L)
     if operation == "fit":
         w = C * L * C * _n_words(L) * 4
         if device == "cuda":
@@ -538,7 +534,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             self._check_size(X.shape[0], "partial_fit", self.n_clusters_, self.cluster_size_, self.device_)
         bar = Progress(self, what, total=X.shape[0], verbose=self.verbose, unit="messages")
         try:
-            _engine(self.device_).store(
+            engine(self.device_).store(
                 self.W_, to_device(X, self.device_), self.cluster_size_, progress=self._progress_callback(bar)
             )
         except BaseException:
@@ -581,7 +577,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
     def _count(self, n, bar):
         """Add ``n`` stored messages, recount the density and close the progress report."""
         L, C = self.cluster_size_, self.n_clusters_
-        edges = _engine(self.device_).count_edges(self.W_, C, L)
+        edges = engine(self.device_).count_edges(self.W_, C, L)
         self.n_messages_seen_ += int(n)
         possible = C * (C - 1) * L * L
         self.density_ = float(edges / possible) if possible else 0.0
@@ -652,7 +648,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         bar = Progress(
             self, f"{what} ({self.rule}, {decoding})", total=Xc.shape[0], verbose=self.verbose, unit="probes"
         )
-        out = _engine(self.device_).retrieve(
+        out = engine(self.device_).retrieve(
             self.W_,
             to_device(Xc, self.device_),
             self.tie_seed_,

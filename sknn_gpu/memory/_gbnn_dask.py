@@ -24,6 +24,7 @@ from sklearn.base import clone
 from .._backend import get_xp, to_device, to_host
 from .._dask import check_row_chunks, is_dask_collection, row_blocks, tree_reduce
 from ._gbnn_cpu import _n_words
+from ._gbnn_engine import engine
 
 __all__ = ["check_columns", "max_symbol", "store", "score"]
 
@@ -92,13 +93,11 @@ def _block_store(shell, device, block):
     """``(W, n)``: the packed memory of one block of messages and their number (None if empty)."""
     if block.shape[0] == 0:
         return None
-    from ._gbnn import _engine
-
     X, _ = shell._check_symbols(block, reset=False, allow_erased=False)
     C, L = shell.n_clusters_, shell.cluster_size_
     shell._check_size(X.shape[0], "fit", C, L, device)
     W = get_xp(device).zeros((C * L, C * _n_words(L)), dtype=np.uint32)
-    _engine(device).store(W, to_device(X, device), L)
+    engine(device).store(W, to_device(X, device), L)
     return W, int(X.shape[0])
 
 
