@@ -44,8 +44,9 @@ from _harness import (
 
 from sknn_gpu._backend import cuda_available
 from sknn_gpu.sparse import SparseGraph, SparseNetRegressor
-from sknn_gpu.sparse._graph_cuda import choose_executor, prepared_forward
 from sknn_gpu.sparse._graph_cuda import forward as forward_gpu
+from sknn_gpu.sparse._graph_cuda import prepared_forward
+from sknn_gpu.sparse._graph_plan_cuda import choose_executor
 
 try:  # neat-python is an optional peer
     import neat
@@ -365,7 +366,7 @@ def activation_tables(args, gpu, rows_csv, latency=False):
             if gpu:
                 import cupy as cp
 
-                from sknn_gpu.sparse._graph_cuda import _exec_config, device_plan
+                from sknn_gpu.sparse._graph_plan_cuda import _exec_config, device_plan
 
                 Xd = cp.asarray(X)
                 sec = time_call(lambda: g.forward(Xd), repeat=1000, warmup=50, device="cuda")
@@ -491,7 +492,7 @@ def threshold_sweep(args, gpu, rows_csv):
         return
     import cupy as cp
 
-    from sknn_gpu.sparse._graph_cuda import FUSED_MAX_MEAN_WORK
+    from sknn_gpu.sparse._graph_plan_cuda import FUSED_MAX_MEAN_WORK
 
     t = Table(
         f"Executor threshold: fused vs per level (launches only); auto = fused up to a mean of "

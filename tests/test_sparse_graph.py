@@ -449,7 +449,7 @@ def _fake_device(g, n_sm=132, smem_optin=232448):
 
 
 def test_fused_launch_rule_shared_memory_vs_grid(rng):
-    from sknn_gpu.sparse._graph_cuda import _fused_forward_config, _fused_lanes
+    from sknn_gpu.sparse._graph_plan_cuda import _fused_forward_config, _fused_lanes
 
     deep = _fake_device(SparseGraph.random_layered(16, 4, 60, 20_000, random_state=int(rng.integers(1e6))))
     wide = _fake_device(SparseGraph.random_layered(16, 4, 5, 20_000, random_state=int(rng.integers(1e6))))
@@ -472,7 +472,7 @@ def test_fused_launch_rule_shared_memory_vs_grid(rng):
 
 
 def test_cluster_plan_sizes_clusters_lanes_and_shared_memory(rng):
-    from sknn_gpu.sparse._graph_cuda import CLUSTER_KMAX, CLUSTER_THREADS, _cluster_plan
+    from sknn_gpu.sparse._graph_plan_cuda import CLUSTER_KMAX, CLUSTER_THREADS, _cluster_plan
 
     deep = _fake_device(SparseGraph.random_layered(16, 4, 60, 20_000, random_state=int(rng.integers(1e6))))
     wide = _fake_device(SparseGraph.random_layered(16, 4, 5, 60_000, random_state=int(rng.integers(1e6))))
@@ -498,7 +498,7 @@ def test_cluster_plan_sizes_clusters_lanes_and_shared_memory(rng):
 
 
 def test_cluster_auto_rule_allows_a_short_tail_only(rng):
-    from sknn_gpu.sparse._graph_cuda import _cluster_plan, _cluster_worth
+    from sknn_gpu.sparse._graph_plan_cuda import _cluster_plan, _cluster_worth
 
     # 64 inputs -> 64 -> 64 -> 4 outputs, fully connected: fan-in 64 on every level
     n_in, n_out, h = 64, 4, 64
@@ -526,7 +526,12 @@ def test_fused_edge_schedule_covers_every_edge_once(mode, B, rng):
     """The fused kernel's per-level edge schedule + CSR tail, walked as the kernel walks it
     (lane by lane), gives the CPU result: every edge exactly once, padding ignored."""
     from sknn_gpu.sparse._activations import apply_activation
-    from sknn_gpu.sparse._graph_cuda import CLUSTER_KMAX, _cluster_plan, _edge_schedule, _fused_forward_config
+    from sknn_gpu.sparse._graph_plan_cuda import (
+        CLUSTER_KMAX,
+        _cluster_plan,
+        _edge_schedule,
+        _fused_forward_config,
+    )
 
     g = SparseGraph.random_layered(7, 3, 6, 1500, random_state=int(rng.integers(1e6)))
     d = _fake_device(g)
@@ -575,7 +580,7 @@ def test_fused_edge_schedule_covers_every_edge_once(mode, B, rng):
 def test_gpu_forward_matches_cpu_both_executors(n_levels, batch, rng):
     import cupy as cp
 
-    from sknn_gpu.sparse._graph_cuda import device_plan
+    from sknn_gpu.sparse._graph_plan_cuda import device_plan
 
     g = SparseGraph.random_layered(8, 3, n_levels, 6000, random_state=int(rng.integers(1e6)))
     X = rng.normal(size=(batch, 8))
@@ -602,14 +607,14 @@ def test_gpu_forward_matches_cpu_both_executors(n_levels, batch, rng):
 
 
 def _smem_fits(g, batch):
-    from sknn_gpu.sparse._graph_cuda import device_plan
+    from sknn_gpu.sparse._graph_plan_cuda import device_plan
 
     d = device_plan(g)
     return 8 * d["n_slots"] * batch + 1024 <= d["smem_optin"]
 
 
 def _cluster_fits(g, batch):
-    from sknn_gpu.sparse._graph_cuda import device_plan
+    from sknn_gpu.sparse._graph_plan_cuda import device_plan
 
     d = device_plan(g)
     return 32 * g.n_levels + 8 * d["n_slots"] * batch + 1024 <= d["smem_optin"]
@@ -632,11 +637,11 @@ def test_gpu_cluster_forward_every_cluster_size(max_cluster, batch, monkeypatch,
     not fit one round takes the CSR tail), values and outputs equal to the CPU's."""
     import cupy as cp
 
-    from sknn_gpu.sparse import _graph_cuda
-    from sknn_gpu.sparse._graph_cuda import device_plan
+    from sknn_gpu.sparse import _graph_plan_cuda
     from sknn_gpu.sparse._graph_cuda import forward as forward_gpu
+    from sknn_gpu.sparse._graph_plan_cuda import device_plan
 
-    monkeypatch.setattr(_graph_cuda, "CLUSTER_MAX", max_cluster)
+    monkeypatch.setattr(_graph_plan_cuda, "CLUSTER_MAX", max_cluster)
     g = SparseGraph.random_layered(20, 5, 6, 40_000, random_state=int(rng.integers(1e6)))
     X = rng.normal(size=(batch, 20))
     w, b = g.plan_params()
@@ -661,7 +666,7 @@ def test_gpu_cluster_builds_for_one_row_and_one_activation(mixed, batch, rng):
     import cupy as cp
 
     from sknn_gpu.sparse._activations import ACTIVATIONS
-    from sknn_gpu.sparse._graph_cuda import device_plan
+    from sknn_gpu.sparse._graph_plan_cuda import device_plan
 
     g = SparseGraph.random_layered(16, 4, 5, 6000, activation="tanh", random_state=int(rng.integers(1e6)))
     if mixed:
@@ -685,7 +690,7 @@ def test_gpu_cluster_builds_for_one_row_and_one_activation(mixed, batch, rng):
 
 
 def _exec_config(d, batch, executor):
-    from sknn_gpu.sparse._graph_cuda import _exec_config as cfg
+    from sknn_gpu.sparse._graph_plan_cuda import _exec_config as cfg
 
     return cfg(d, batch, executor)
 
@@ -855,7 +860,8 @@ def test_gpu_backward_matches_cpu(batch, rng):
 def test_gpu_prepared_launch_and_lane_groups(rng):
     import cupy as cp
 
-    from sknn_gpu.sparse._graph_cuda import _level_lanes, device_plan, prepared_forward
+    from sknn_gpu.sparse._graph_cuda import prepared_forward
+    from sknn_gpu.sparse._graph_plan_cuda import _level_lanes, device_plan
 
     # 4 outputs fed by a whole level: a long fan-in that batch 1 splits over lane groups
     g = SparseGraph.random_layered(12, 4, 5, 9000, random_state=int(rng.integers(1e6)))
@@ -926,7 +932,7 @@ def test_resident_block_changes_nothing_on_the_cpu(rng):
 
 
 def _resident_plan(g):
-    from sknn_gpu.sparse._graph_cuda import device_plan
+    from sknn_gpu.sparse._graph_plan_cuda import device_plan
 
     return device_plan(g)
 
@@ -990,7 +996,7 @@ def test_gpu_resident_kernel_leaves_when_idle_and_comes_back(rng):
     synchronization inside the block returns); the next call relaunches it."""
     import cupy as cp
 
-    from sknn_gpu.sparse._graph_cuda import _EXITED
+    from sknn_gpu.sparse._graph_resident_cuda import _EXITED
 
     g = SparseGraph.random_layered(12, 3, 6, 4000, random_state=int(rng.integers(1e6)))
     X = rng.normal(size=(5, 12))
@@ -1065,11 +1071,11 @@ def _fake_resident(monkeypatch, behaviour=None, n_in=3, n_out=2):
     import time as _time
     from types import SimpleNamespace
 
-    from sknn_gpu.sparse import _graph_cuda as gc
+    from sknn_gpu.sparse import _graph_resident_cuda as gr
 
-    monkeypatch.setattr(gc, "host_mapped", lambda shape, dtype: (lambda a: (a, a))(np.zeros(shape, dtype)))
+    monkeypatch.setattr(gr, "host_mapped", lambda shape, dtype: (lambda a: (a, a))(np.zeros(shape, dtype)))
     fake_cp = SimpleNamespace(cuda=SimpleNamespace(Stream=lambda non_blocking: _FakeStream()))
-    monkeypatch.setattr(gc, "get_cupy", lambda: fake_cp)
+    monkeypatch.setattr(gr, "get_cupy", lambda: fake_cp)
     d = {"n_in": n_in, "n_out": n_out, "bar_err_np": np.zeros(1, np.int32), "flag_np": np.zeros(1, np.int32)}
     launches = []
 
@@ -1078,15 +1084,15 @@ def _fake_resident(monkeypatch, behaviour=None, n_in=3, n_out=2):
         mode = behaviour(len(launches)) if behaviour else None
 
         def kernel():
-            last, t0 = int(ctrl[gc._DONE]), _time.monotonic()
+            last, t0 = int(ctrl[gr._DONE]), _time.monotonic()
             if mode in ("leave", "vanish"):
                 if mode == "leave":
-                    ctrl[gc._EXITED] = 1
+                    ctrl[gr._EXITED] = 1
                 return
             while True:
                 _time.sleep(0)  # (let the caller's thread run: both spin under the GIL)
-                v = int(ctrl[gc._REQ])
-                if v == gc._STOP:
+                v = int(ctrl[gr._REQ])
+                if v == gr._STOP:
                     break
                 if v != last and mode != "mute":
                     rows = x.copy()
@@ -1094,23 +1100,23 @@ def _fake_resident(monkeypatch, behaviour=None, n_in=3, n_out=2):
                         d["flag_np"][0] = 1
                     ans = rows.sum(axis=1, keepdims=True) * np.arange(1, out.shape[1] + 1)
                     if mode == "late":
-                        ctrl[gc._DONE] = v
+                        ctrl[gr._DONE] = v
                         for i in np.ndindex(out.shape):
                             _time.sleep(0.002)
                             out[i] = ans[i]
                     else:
                         out[:] = ans
-                    ctrl[gc._DONE] = last = v
+                    ctrl[gr._DONE] = last = v
                     t0 = _time.monotonic()
                 elif mode != "mute" and _time.monotonic() - t0 > idle_ns * 1e-9:
                     break
-            ctrl[gc._EXITED] = 1
+            ctrl[gr._EXITED] = 1
 
         stream.thread = threading.Thread(target=kernel, daemon=True)
         stream.thread.start()
 
     cfg = {"resident": launch}
-    res = gc.ResidentForward(d, idle_ns=0.5e9)
+    res = gr.ResidentForward(d, idle_ns=0.5e9)
     return res, cfg, d, launches
 
 
@@ -1171,7 +1177,7 @@ def test_resident_protocol_waits_for_every_output_word(monkeypatch, rng):
 
 
 def test_resident_protocol_flags_bad_rows_and_reports_a_silent_or_mute_kernel(monkeypatch, rng):
-    from sknn_gpu.sparse import _graph_cuda as gc
+    from sknn_gpu.sparse import _graph_resident_cuda as gr
 
     res, cfg, d, _ = _fake_resident(monkeypatch)
     X = rng.normal(size=(1, 3))
@@ -1185,7 +1191,7 @@ def test_resident_protocol_flags_bad_rows_and_reports_a_silent_or_mute_kernel(mo
     with pytest.raises(RuntimeError, match="stopped without answering"):
         res.call(cfg, X)
 
-    monkeypatch.setattr(gc, "RESIDENT_ANSWER_S", 0.05)
+    monkeypatch.setattr(gr, "RESIDENT_ANSWER_S", 0.05)
     res, cfg, _, _ = _fake_resident(monkeypatch, behaviour=lambda n: "mute")
     with pytest.raises(RuntimeError, match="did not answer within"):
         res.call(cfg, X)

@@ -194,7 +194,7 @@ def check_barrier_error(err_buf, what):
 
 
 # ---------------------------------------------------------------- resident kernels
-# Kernels that stay on the GPU between calls (SparseGraph.resident: _graph_cuda.ResidentForward)
+# Kernels that stay on the GPU between calls (SparseGraph.resident: _graph_resident_cuda.ResidentForward)
 # hold some SMs. A kernel with a software grid barrier sizes its grid to the SMs of the whole
 # device, and its blocks must all be resident at once: its launcher calls
 # stop_resident_kernels() first (the resident kernel is relaunched by its next call).

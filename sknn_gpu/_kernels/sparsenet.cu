@@ -485,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(512) forward_fused_grid(FORWARD_FUS
 #define BATCH 0
 #endif
 // RESIDENT = 1: the kernel stays resident and answers requests posted in pinned host memory
-// (see forward_cluster's resident loop and _graph_cuda.ResidentForward)
+// (see forward_cluster's resident loop and _graph_resident_cuda.ResidentForward)
 #ifndef RESIDENT
 #define RESIDENT 0
 #endif
@@ -717,7 +717,7 @@ __device__ __forceinline__ bool cluster_step(const ClusterPrefetch& use, Cluster
 
 // ------------------------------------------------------------------ resident forward
 // RESIDENT = 1 builds forward_cluster as a kernel that stays on the GPU and answers one
-// request after another (_graph_cuda.ResidentForward launches it and posts the requests):
+// request after another (_graph_resident_cuda.ResidentForward launches it and posts the requests):
 // the per-call launch, the EMPTY fill and the level-0 prefetch leave the critical path.
 // Control words, int64 in pinned host memory (ctrl): REQ (written by the host: a request's
 // sequence number, or RESIDENT_STOP), DONE (by the kernel: the last request answered) and

@@ -20,7 +20,8 @@ nodes in level order. Everything is float64.
 This module holds the graph, its plan and neat-python import/export; argument checks,
 size estimates and the random generators live in ``_graph_build``, the engines in
 ``_graph_cpu`` and ``_graph_cuda`` (same functions, same results), picked once per call
-by :func:`engine`.
+by :func:`engine`; the GPU's launch configurations in ``_graph_plan_cuda`` and its
+resident kernel (:meth:`SparseGraph.resident`) in ``_graph_resident_cuda``.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from .._backend import (
     to_host,
 )
 from .._typing import Array, ArrayLike
-from . import _graph_cpu, _graph_cuda
+from . import _graph_cpu, _graph_cuda, _graph_resident_cuda
 from ._activations import (
     ACTIVATIONS,
     CODE_TO_NAME,
@@ -608,7 +609,7 @@ class SparseGraph:
             on the GPU.
         executor : {'auto', 'level', 'fused'}, default='auto'
             GPU only: one launch per level, or one launch for all levels (see
-            ``_graph_cuda.choose_executor``). The fused launch is, where the node
+            ``_graph_plan_cuda.choose_executor``). The fused launch is, where the node
             values fit in shared memory, one thread-block cluster (one block for
             narrow levels; up to 16 blocks on compute capability 9.0, each with a
             replica of the values), else one block with a barrier per level or a grid
@@ -714,7 +715,7 @@ class SparseGraph:
         idle = check_idle_timeout(idle_timeout)
         if resolve_device(device) == "cpu":
             return contextlib.nullcontext()
-        return _graph_cuda.resident_session(self, idle)
+        return _graph_resident_cuda.resident_session(self, idle)
 
     def _check_X(self, X, device):
         """``X`` as a float64 (n_samples, n_inputs) array on ``device``, and whether it was 1-D."""
