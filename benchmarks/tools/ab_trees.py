@@ -4,7 +4,7 @@ Used to show that a refactor changed no speed: the two trees run alternately in 
 processes on the same machine, each round timing every workload, and the medians of the
 rounds are compared side by side::
 
-    python benchmarks/ab_trees.py --a .before --b . --rounds 2
+    python benchmarks/tools/ab_trees.py --a .before --b . --rounds 2
 
 ``--tree PATH --json FILE`` (what the driver calls) times one tree once. Workloads:
 
@@ -33,6 +33,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # this checkout (not put on sys.path)
 
 
 def _events(fn, repeat, warmup=2):
@@ -158,8 +160,10 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tree")
     p.add_argument("--json")
-    p.add_argument("--a", default=".before", help="tree A (before)")
-    p.add_argument("--b", default=".", help="tree B (after)")
+    p.add_argument(
+        "--a", default=str(ROOT / ".before"), help="tree A (before); default .before in this checkout"
+    )
+    p.add_argument("--b", default=str(ROOT), help="tree B (after); default this checkout")
     p.add_argument("--rounds", type=int, default=2)
     args = p.parse_args(argv)
     if args.tree:

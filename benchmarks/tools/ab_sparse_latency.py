@@ -1,22 +1,23 @@
 """Batch-1 SparseNet latency of one source tree, for interleaved A/B runs of two commits.
 
     git archive <commit> sknn_gpu benchmarks | tar -x -C /tmp/old
-    for i in 1 2 3; do python benchmarks/ab_sparse_latency.py .; \\
-                       python benchmarks/ab_sparse_latency.py /tmp/old; done
+    for i in 1 2 3; do python benchmarks/tools/ab_sparse_latency.py .; \\
+                       python benchmarks/tools/ab_sparse_latency.py /tmp/old; done
 
 Each run builds the same 74k-edge random layered graph at 5 and 180 levels and prints the
 ``g.forward`` call time (wall, 500 calls, median) and the prepared ``fused:grid`` and
 ``fused:smem`` launches (CUDA events, median). Alternating processes keeps machine drift
-out of the comparison. Needs CuPy and a GPU.
+out of the comparison. The tree defaults to this checkout. Needs CuPy and a GPU.
 """
 
 import sys
+from pathlib import Path
 
 import numpy as np
 
 
 def main(root):
-    sys.path[:0] = [root, root + "/benchmarks"]
+    sys.path[:0] = [root, str(Path(root) / "benchmarks")]
     import cupy as cp
     from _harness import time_call, time_gpu
 
@@ -41,4 +42,4 @@ def main(root):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else ".")
+    main(sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parents[2]))

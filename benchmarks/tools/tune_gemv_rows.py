@@ -2,13 +2,13 @@
 float32 ``Ax`` on large matrices, beside cuBLAS and ``torch.mv``, in one process.
 
 Queued GPU time: 20 calls between two events, median of 5; every variant is checked
-bit-identical to the one-row kernel. Run on a GPU: ``python benchmarks/tune_gemv_rows.py``.
+bit-identical to the one-row kernel. Run on a GPU: ``python benchmarks/tools/tune_gemv_rows.py``.
 """
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import cupy as cp  # noqa: E402
 import numpy as np  # noqa: E402

@@ -5,10 +5,16 @@ and the whole ``transform`` with ``precision='fast'``, CUDA-event medians, at th
 FashionMNIST and CIFAR-10 shapes of bench_flyhash.py. Used to tune ``fly_select`` and
 the chunk size (``SKNN_GPU_FLYHASH_CHUNK_MB``); bench_flyhash.py has the peers.
 
-    python benchmarks/tune_flyhash_select.py
+    python benchmarks/tools/tune_flyhash_select.py
 """
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# the repository root (for sknn_gpu) and benchmarks/ (for _harness), from any working directory
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 
 import numpy as np
 from _harness import time_gpu

@@ -5,12 +5,17 @@ GPU only. 10,000 uniform float32 rows on the device, 8,192 units, k=256; each ro
 forced with ``SKNN_GPU_FLYHASH_BAND`` and ``_flyhash_cuda.words`` timed (CUDA-event
 medians); the last column is the route the rule ``s >= 18 + d / 93`` picks.
 
-    python benchmarks/tune_flyhash_band.py
+    python benchmarks/tools/tune_flyhash_band.py
 """
 
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
+
+# the repository root (for sknn_gpu) and benchmarks/ (for _harness), from any working directory
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
 
 import numpy as np
 from _harness import environment_header, time_gpu

@@ -26,6 +26,9 @@ import itertools
 import sys
 from pathlib import Path
 
+# the repository root (for sknn_gpu) and benchmarks/ (for bench_flynn), from any working directory
+sys.path[:0] = [str(Path(__file__).resolve().parents[2]), str(Path(__file__).resolve().parents[1])]
+
 import numpy as np
 from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
 from sklearn.model_selection import StratifiedKFold, cross_val_score
@@ -105,7 +108,6 @@ def encoding_cv(encoding, seed, **params):
 
 def fmnist_like_accuracy(params, sizes=(4000, 60000), scaled=False):
     """Accuracy on bench_flynn's synthetic FashionMNIST-shaped mixture, 1,000 queries."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_flynn import fmnist_like
 
     X, y = fmnist_like(max(sizes) + 1000, seed=2)
@@ -183,7 +185,6 @@ if "--plot" in sys.argv:
     import matplotlib.pyplot as plt
 
     sets = [*data, "FashionMNIST-like\n(60k rows)"]
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_flynn import fmnist_like
 
     Xf, yf = fmnist_like(61000, seed=2)
@@ -217,7 +218,7 @@ if "--plot" in sys.argv:
         "FlyNN against k-NN: scikit-learn's offline datasets and a FashionMNIST-shaped mixture", fontsize=9.5
     )
     fig.tight_layout()
-    out = Path(__file__).resolve().parents[1] / "docs" / "user_guide" / "flynn_encodings.png"
+    out = Path(__file__).resolve().parents[2] / "docs" / "user_guide" / "flynn_encodings.png"
     fig.savefig(out, dpi=110)
     print(f"wrote {out}")
     sys.exit(0)
