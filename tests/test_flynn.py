@@ -873,7 +873,7 @@ def test_input_range_fit_tiles_the_training_range(rng):
     """'fit' keeps each feature's training min and max; later values beyond them read as the
     ends (clipped), a constant feature reads 0; equal to a fixed range over the same bounds;
     partial_fit takes the range of its first batch."""
-    from sknn_gpu.fly._flynn import encode
+    from sknn_gpu.fly._encoding import encode
 
     X, y = _blobs(rng, n=200, d=6)
     X[:, 2] = 7.0  # a constant feature
@@ -936,7 +936,7 @@ def test_normalize_auto_normalizes_only_raw_features(rng):
 
 
 def test_encode_values():
-    from sknn_gpu.fly._flynn import (
+    from sknn_gpu.fly._encoding import (
         RECEPTOR_CENTRES,
         RECEPTOR_HALF_WIDTH,
         THERMOMETER_SLOPE,
@@ -986,7 +986,7 @@ def test_encoding_sizes_count_the_encoded_inputs(rng, encoding, width):
 
 
 def _codes_counts_encoded(clf, X, y):
-    from sknn_gpu.fly._flynn import encode
+    from sknn_gpu.fly._encoding import encode
 
     Xd = _on(clf, np.asarray(X, dtype=np.float64))
     if clf.encoding is not None:

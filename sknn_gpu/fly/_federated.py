@@ -19,7 +19,9 @@ from .._backend import to_device, to_host
 from .._dask import is_dask_collection
 from .._progress import Progress
 from . import _fly_dask
-from ._flynn import HASH_PARAMS, FlyNNClassifier, _label_kind, column_range
+from ._common import HASH_PARAMS, label_kind
+from ._encoding import column_range, wider_range
+from ._flynn import FlyNNClassifier
 
 __all__ = ["merge_flynn", "fit_federated"]
 
@@ -75,7 +77,7 @@ def _check_label_types(parts, names):
     NumPy would silently turn every class into a string (``0`` -> ``'0'``), and the
     merged model would then predict labels that match neither party's.
     """
-    kinds = [_label_kind(np.asarray(c)) for c, _, _ in parts]
+    kinds = [label_kind(np.asarray(c)) for c, _, _ in parts]
     for i, kind in enumerate(kinds):
         if kind != kinds[0]:
             first, other = np.asarray(parts[0][0]), np.asarray(parts[i][0])
@@ -388,7 +390,7 @@ def _agreed_range(client, shards, params):
             raise TypeError(f"shards[{i}] must be a Future or an (X, y) pair, got {type(s).__name__}.")
     if not ranges:
         raise ValueError("fit_federated needs at least one shard.")
-    return _fly_dask.wider_range(*[r.result() if isinstance(r, Future) else r for r in ranges])
+    return wider_range(*[r.result() if isinstance(r, Future) else r for r in ranges])
 
 
 def _submit(client, shards, params):

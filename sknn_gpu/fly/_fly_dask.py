@@ -1,8 +1,8 @@
-"""Dask paths of the fly family: metadata checks, FlyNN's distributed fit and blockwise score.
+"""FlyNN's Dask adapter: the distributed fit (input range, class labels, counts) and blockwise score.
 
-:class:`~sknn_gpu.fly.FlyHashTransformer` needs no more than :func:`check_X` here: its
-``fit`` reads only the width of a Dask array, and ``transform`` maps over the row
-blocks (:func:`sknn_gpu._dask.dask_rows`).
+:class:`~sknn_gpu.fly.FlyHashTransformer` needs nothing here: its ``fit`` reads only
+the width of a Dask array (checked with :func:`._common.check_dask_X`, as every Dask
+``X`` is), and ``transform`` maps over the row blocks (:func:`sknn_gpu._dask.dask_rows`).
 
 A FlyNN model is a table of integer counts, and counting splits exactly over row
 blocks: each worker hashes its block of ``X`` and counts the winners per class
@@ -30,65 +30,19 @@ import numpy as np
 from sklearn.exceptions import DataConversionWarning
 
 from .._backend import to_device, to_host
-from .._dask import check_row_chunks, is_dask_collection, row_blocks, tree_reduce
+from .._dask import is_dask_collection, row_blocks, tree_reduce
+from . import _encoding
+from ._common import check_dask_X, host_labels, label_kind
 
-__all__ = ["check_X", "aligned", "classes", "counts", "score"]
+__all__ = ["column_range", "aligned", "classes", "counts", "score"]
 
 
 # ----------------------------------------------------------------------------------
-# Checks on the client (metadata only)
+# The fitted input range: (min, max) per block, combined
 # ----------------------------------------------------------------------------------
-def check_X(est, X, what, reset, rows=True):
-    """Refuse a Dask ``X`` from its metadata alone (no task runs); returns ``n_features``.
-
-    2-D, numeric, at least one feature and (when the row count is known) one row.
-    With ``rows`` (the data will be read by rows): one column block and known row
-    chunks too. On ``reset`` it sets ``n_features_in_`` (and drops
-    ``feature_names_in_``), otherwise it compares the width with the fitted one,
-    with the in-memory messages.
-    """
-    name = f"{type(est).__name__}.{what}"
-    if X.ndim != 2:
-        raise ValueError(f"Expected a 2D array, got a Dask array of shape {X.shape}.")
-    if X.dtype.kind not in "biuf":
-        raise ValueError(f"X must be numeric, got dtype {X.dtype}.")
-    if rows:
-        check_row_chunks(X, name)
-        if any(np.isnan(c) for c in X.chunks[0]):
-            raise ValueError(
-                f"{name}: X has unknown chunk sizes along the rows; call X.compute_chunk_sizes() first."
-            )
-    n, d = X.shape
-    for size, unit in ((n, "sample"), (d, "feature")):
-        if size == 0:
-            raise ValueError(
-                f"Found array with 0 {unit}(s) (shape={(n, d)}) while a minimum of 1 is required."
-            )
-    d = int(d)
-    if reset:
-        est.n_features_in_ = d
-        est.__dict__.pop("feature_names_in_", None)
-    elif d != est.n_features_in_:
-        raise ValueError(
-            f"X has {d} features, but {type(est).__name__} is expecting {est.n_features_in_} "
-            "features as input."
-        )
-    return d
-
-
 def _block_range(shell, X):
     """Runs on a worker: the checked block's (min, max) per feature (None when it is empty)."""
-    from ._flynn import column_range
-
-    return None if X.shape[0] == 0 else column_range(shell._validate_X(X, reset=False))
-
-
-def wider_range(*parts):
-    """The per-feature (min, max) over (min, max) pairs (None entries skipped; all None: None)."""
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        return None
-    return np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0)
+    return None if X.shape[0] == 0 else _encoding.column_range(shell._validate_X(X, reset=False))
 
 
 def column_range(est, X):
@@ -99,7 +53,7 @@ def column_range(est, X):
 
     shared = dask.delayed(_shell(est), traverse=False)
     parts = [dask.delayed(_block_range)(shared, b) for b in X.to_delayed().ravel()]
-    return dask.compute(tree_reduce(parts, wider_range))[0]
+    return dask.compute(tree_reduce(parts, _encoding.wider_range))[0]
 
 
 def aligned(v, X, name="y"):
@@ -140,16 +94,12 @@ def _shell(est):
 # Classes: the labels of each block, united
 # ----------------------------------------------------------------------------------
 def _block_classes(y):
-    from ._flynn import _host_labels
-
-    return np.unique(_host_labels(y))
+    return np.unique(host_labels(y))
 
 
 def _union(*parts):
     """The sorted union of label sets; TypeError when numbers meet strings (as in memory)."""
-    from ._flynn import _label_kind
-
-    kinds = [_label_kind(p) for p in parts]
+    kinds = [label_kind(p) for p in parts]
     if len(set(kinds)) > 1:
         a = next(p for p, k in zip(parts, kinds, strict=True) if k == "string").tolist()[0]
         b = next(p for p, k in zip(parts, kinds, strict=True) if k == "numeric").tolist()[0]
@@ -172,10 +122,8 @@ def classes(X, y):
 # ----------------------------------------------------------------------------------
 def _block_counts(shell, what, X, y):
     """Host int64 counts (n_classes, m) of one block, checked and counted as in memory."""
-    from ._flynn import _host_labels
-
     Xv = shell._validate_X(X, reset=False)
-    y_idx = shell._encode_y(_host_labels(y), Xv.shape[0])
+    y_idx = shell._encode_y(host_labels(y), Xv.shape[0])
     shell._check_size("partial_fit", Xv.shape[0], caller=what)
     return to_host(shell._count(Xv, y_idx)), int(Xv.shape[0])
 
@@ -206,10 +154,8 @@ def counts(est, X, y, what="fit"):
 # ----------------------------------------------------------------------------------
 def _block_hits(est, X, y, w):
     """``(sum of weights of the correct predictions, sum of weights)`` of one block."""
-    from ._flynn import _host_labels
-
     pred = to_host(est.predict(X))
-    ok = pred == _host_labels(y)
+    ok = pred == host_labels(y)
     if w is None:
         return int(ok.sum()), int(ok.size)
     w = np.asarray(to_host(w), dtype=np.float64)
@@ -229,7 +175,7 @@ def score(est, X, y, sample_weight=None):
     """
     import dask
 
-    check_X(est, X, "score", reset=False)
+    check_dask_X(est, X, "score", reset=False)
     y = aligned(y, X)
     weighted = sample_weight is not None
     w = aligned(sample_weight, X, "sample_weight") if weighted else None

@@ -49,7 +49,7 @@ from .._progress import Progress
 from .._typing import Array, ArrayLike
 from ..base import DeviceMixin
 from . import _flyhash_cpu, _flyhash_cuda
-from ._fly_dask import check_X as check_dask_X
+from ._common import check_dask_X
 from ._wta import wta
 
 __all__ = ["FlyHashTransformer", "wta", "engine", "flyhash_bytes", "check_footprint"]

@@ -29,7 +29,6 @@ from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classi
 from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
 
 from .._backend import (
-    all_in_unit_interval,
     array_module,
     is_cupy_sparse,
     is_device_array,
@@ -41,7 +40,9 @@ from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin
-from . import _fly_dask, _flynn_cpu, _flynn_cuda
+from . import _encoding, _fly_dask, _flynn_cpu, _flynn_cuda
+from ._common import HASH_PARAMS, check_dask_X, host_labels
+from ._encoding import ENCODING_WIDTH, encode
 from ._flyhash import FlyHashTransformer, check_footprint, flyhash_bytes
 
 __all__ = ["FlyNNClassifier", "PAPERS_FLYNN", "engine"]
@@ -52,81 +53,10 @@ __all__ = ["FlyNNClassifier", "PAPERS_FLYNN", "engine"]
 #: ``FlyNNClassifier(**PAPERS_FLYNN)`` builds it.
 PAPERS_FLYNN = dict(n_components=None, connection_sparsity=0.1, k=32, gamma=0.5, encoding=None, decay="count")
 
-#: The FlyHash parameters a FlyNNClassifier forwards to its FlyHashTransformer.
-HASH_PARAMS = ("n_components", "expansion_factor", "n_connections", "connection_sparsity", "k")
-
-#: Inputs the hash reads per feature, by ``encoding``.
-ENCODING_WIDTH = {None: 1, "complement": 2, "population": 5, "thermometer": 5}
-#: ``encoding='thermometer'``: the thresholds of a feature's five ramps and their slope
-#: (``clip((u - t) * slope, 0, 1)``: each ramp rises over 0.4 of the range, so
-#: neighbours overlap). Picked in the defaults sweep
-#: (``benchmarks/sweep_flynn_defaults.py --defaults``) among slopes 2, 2.5 and 3.33 and
-#: thresholds from 0 or 0.1: best mean gap to k-NN over 5 seeds.
-THERMOMETER_THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
-THERMOMETER_SLOPE = 2.5
-#: ``encoding='population'``: the centres of a feature's receptors, and their half-width
-#: (triangular tuning curves ``max(0, w - |x - c|)``; see :func:`encode`). The half-width
-#: was picked among 0.25, 0.375, 0.5 and 0.75 in a development sweep (a scratch script on
-#: the four datasets of ``benchmarks/sweep_flynn_defaults.py``): best mean gaps to k-NN
-#: with seed 0 of 1.5, 0.7, 0.5 and 0.3 points; over 5 seeds 0.5 and 0.75 came out level
-#: (0.7-1.1 points).
-RECEPTOR_CENTRES = (0.0, 0.25, 0.5, 0.75, 1.0)
-RECEPTOR_HALF_WIDTH = 0.75
 #: Default ``n_connections``: ``connection_sparsity`` of the inputs the hash reads, at
 #: least 2 and at most this many (more cost time and did not help in the defaults
-#: sweep, ``benchmarks/sweep_flynn_defaults.py --defaults``).
+#: sweep, ``benchmarks/tools/sweep_flynn_defaults.py --defaults``).
 MAX_DEFAULT_CONNECTIONS = 16
-
-
-def encode(X, encoding, low=None, span=None, clip=False):
-    """The inputs the hash reads for dense rows ``X`` (NumPy or CuPy).
-
-    ``low`` and ``span`` (float64 arrays on ``X``'s device, one entry per feature; both
-    None for features already in [0, 1]) map each feature to ``u = (x - low) / span``
-    in float64, so that its range ``[low, low + span]`` becomes [0, 1]; ``clip`` then
-    reads values beyond the range as its ends.
-
-    * ``'thermometer'``: five saturating ramps per feature, ``clip((u - t) * s, 0, 1)``
-      for the thresholds ``t`` of :data:`THERMOMETER_THRESHOLDS` and the slope ``s`` of
-      :data:`THERMOMETER_SLOPE`: a feature at the bottom of its range is silent, one at
-      the top drives every ramp (1, 1, 1, 0.75, 0.25; large values win, as in the raw
-      hash), and the level in between is coded against a fixed reference.
-    * ``'population'``: five receptors with triangular tuning curves,
-      ``max(0, w - |u - c|)`` for the centres ``c`` of :data:`RECEPTOR_CENTRES` and
-      ``w =`` :data:`RECEPTOR_HALF_WIDTH`.
-    * ``'complement'``: ``[u, 1 - u]`` (complement coding, as in fuzzy ART).
-
-    Columns go receptor by receptor (``[r_0(X), r_1(X), ...]``). Every operation is one
-    correctly rounded subtraction, multiplication or division (or an exact
-    ``abs``/``max``/``clip``), so NumPy and CuPy give the same bits and so the same
-    hash. Without a range the input's dtype is kept; the scaling works in float64 (no
-    overflow for tiny ranges, no float32 subnormals for CuPy to flush).
-    """
-    xp = array_module(X)
-    if low is not None:
-        X = (X - low) / span  # float64 arrays: the result is float64
-    if clip:
-        X = xp.clip(X, 0.0, 1.0)
-    if encoding == "complement":
-        return xp.concatenate([X, 1.0 - X], axis=1)
-    if encoding == "thermometer":
-        return xp.concatenate(
-            [xp.clip((X - t) * THERMOMETER_SLOPE, 0.0, 1.0) for t in THERMOMETER_THRESHOLDS], axis=1
-        )
-    w = RECEPTOR_HALF_WIDTH
-    return xp.concatenate([xp.maximum(w - xp.abs(X - c), 0.0) for c in RECEPTOR_CENTRES], axis=1)
-
-
-def column_range(X):
-    """Per-feature (min, max) of ``X`` (NumPy, CuPy, SciPy or cupyx sparse; implicit
-    zeros count) as host float64 arrays."""
-    lo, hi = X.min(axis=0), X.max(axis=0)
-    if hasattr(lo, "toarray"):  # sparse: a 1 x d sparse matrix
-        lo, hi = lo.toarray(), hi.toarray()
-    return (
-        np.asarray(to_host(lo), dtype=np.float64).ravel(),
-        np.asarray(to_host(hi), dtype=np.float64).ravel(),
-    )
 
 
 def engine(device):
@@ -144,42 +74,6 @@ def _decision_columns(est, X=None):
 
 def _labels(est, X=None):
     return (), est.classes_.dtype
-
-
-def _label_kind(labels):
-    """``'numeric'``, ``'string'`` or ``'mixed'`` for a 1-D host array of class labels."""
-    if labels.dtype.kind in "biuf":
-        return "numeric"
-    if labels.dtype.kind in "US":
-        return "string"
-    types = {type(v) for v in labels.tolist()}  # object arrays: look at the values
-    if all(issubclass(t, str) for t in types):
-        return "string"
-    if not any(issubclass(t, str) for t in types):
-        return "numeric"
-    return "mixed"
-
-
-def _host_labels(y, what="y"):
-    """Labels as a 1-D host array; TypeError when they mix strings and numbers.
-
-    A Python list such as ``[1, 'a']`` would silently become the strings
-    ``['1', 'a']`` in NumPy, and an object array of both fails deep inside NumPy's
-    sorting: both are refused here, naming an example of each type.
-    """
-    raw = y if hasattr(y, "dtype") else np.asarray(y, dtype=object)
-    labels = column_or_1d(to_host(raw), warn=True)
-    if labels.dtype.kind != "O":
-        return labels
-    if _label_kind(labels) == "mixed":
-        values = labels.tolist()
-        a = next(v for v in values if isinstance(v, str))
-        b = next(v for v in values if not isinstance(v, str))
-        raise TypeError(
-            f"{what} mixes string and numeric class labels (e.g. {a!r} and {b!r}); "
-            "use one type for all labels."
-        )
-    return labels if raw is y else np.asarray(labels.tolist())  # a list: NumPy's own dtype
 
 
 def _hash_constraints():
@@ -362,7 +256,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     The defaults (thermometer encoding over the fitted range, 8,192 cells, at most
     16 connections, 256 winners, ``gamma=0.03`` with relative decay) come from a
     cross-validated sweep over scikit-learn's offline datasets and a synthetic
-    FashionMNIST-shaped mixture (``benchmarks/sweep_flynn_defaults.py
+    FashionMNIST-shaped mixture (``benchmarks/tools/sweep_flynn_defaults.py
     --defaults``; the user guide shows it): on digits, iris, wine and
     breast_cancer they come within 1.5 points of the best of 1-, 3- and 5-NN on
     average (the papers' FlyNN: 9.5 points). The papers' FlyNN is
@@ -535,82 +429,31 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self.__dict__.pop(name, None)
         if getattr(self, "encoding", None) is None:
             return
-        d = int(self.n_features_in_)
-        given = self.input_range
-        if isinstance(given, str):
-            if low is None:
-                low, high = column_range(X)
-        else:
-            if len(given) != 2:
-                raise ValueError(
-                    f"input_range must be 'fit' or a pair (low, high), got a sequence of {len(given)} items."
-                )
-            low, high = given
-        try:
-            low = np.broadcast_to(np.asarray(to_host(low), dtype=np.float64), (d,)).copy()
-            high = np.broadcast_to(np.asarray(to_host(high), dtype=np.float64), (d,)).copy()
-        except (ValueError, TypeError) as exc:
-            raise ValueError(
-                f"input_range: low and high must be numbers or arrays of {d} values (one per feature); {exc}"
-            ) from None
-        if not (np.isfinite(low).all() and np.isfinite(high).all()):
-            raise ValueError("input_range: low and high must be finite.")
-        if not isinstance(given, str) and not (low <= high).all():
-            j = int(np.flatnonzero(~(low <= high))[0])
-            raise ValueError(
-                f"input_range needs low <= high for every feature; feature {j} has low={low[j]:.6g}, "
-                f"high={high[j]:.6g}."
-            )
-        self.input_low_, self.input_high_ = low, high
+        self.input_low_, self.input_high_ = _encoding.input_range(
+            self.input_range, self.n_features_in_, low, high, X
+        )
 
     def _range_arrays(self, Xb):
         """``(low, span)`` of :func:`encode` (float64, on ``Xb``'s device; cached), or
         ``(None, None)`` when every feature's range is [0, 1]."""
 
         def build(low):
-            if self._unit_range():
-                return None, None
-            span = self.input_high_ - low
-            span = np.where(span > 0, span, 1.0)  # a constant feature reads 0
-            xp = array_module(Xb)
-            return xp.asarray(low), xp.asarray(span)
+            return _encoding.range_arrays(low, self.input_high_, array_module(Xb))
 
         return self._derived(("_input_range", self.device_), self.input_low_, build)
-
-    def _unit_range(self):
-        """Whether every feature's range is [0, 1] (the encoding reads the values as they are)."""
-        return bool((self.input_low_ == 0).all() and (self.input_high_ == 1).all())
 
     def _encode(self, Xb):
         """The encoded dense device batch ``Xb``: scaled to the input range, checked or clipped."""
         low, span = self._range_arrays(Xb)
         fitted = isinstance(self.input_range, str)
-        if not fitted:
-            self._check_input_range(Xb)
+        if not fitted:  # values outside a fixed range are refused (one pass on a [0, 1] range)
+            _encoding.check_in_range(Xb, self.input_low_, self.input_high_, self.encoding, self.input_range)
         # a fixed range is clipped too: only the rounding of (x - low) / span can pass 1 there,
         # and clipping it keeps the bits of a fit over the same range under 'fit' (federated merges)
         clip = fitted or low is not None
         if self.device_ == "cuda" and not self._normalizes():  # one kernel, straight to float32
             return _flynn_cuda.encode(Xb, self.encoding, low, span, clip=clip)
         return encode(Xb, self.encoding, low, span, clip=clip)
-
-    def _check_input_range(self, Xb):
-        """Refuse values outside a fixed ``input_range`` (one pass on a [0, 1] range)."""
-        low, high = self.input_low_, self.input_high_
-        if self._unit_range() and all_in_unit_interval(Xb):  # one pass (GPU: one fused reduction)
-            return
-        xp = array_module(Xb)
-        lo, hi = xp.asarray(low), xp.asarray(high)
-        bad = xp.logical_or(Xb < lo, Xb > hi)
-        if not bool(bad.any()):
-            return
-        r, j = (int(v) for v in np.unravel_index(int(xp.argmax(bad)), bad.shape))
-        value = float(Xb[r, j])
-        raise ValueError(
-            f"encoding={self.encoding!r} with input_range={self.input_range!r}: feature {j} has the "
-            f"value {value:.6g}, outside [{low[j]:.6g}, {high[j]:.6g}]. Widen input_range, scale X first "
-            "(e.g. sklearn.preprocessing.MinMaxScaler(clip=True)), or use input_range='fit'."
-        )
 
     def _init_model(self, n_features, n_samples=0, caller="fit"):
         """Resolve ``device`` and ``random_state`` once, check the size, draw the hash, zero the counts.
@@ -816,7 +659,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if is_dask_collection(X):
             return self._fit_dask(X, y, "fit", first=True)
         X = self._validate_X(X, reset=True)
-        y_host = _host_labels(y)
+        y_host = host_labels(y)
         check_classification_targets(y_host)
         if y_host.shape[0] != X.shape[0]:
             raise ValueError(
@@ -856,13 +699,13 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if first:
             self.__dict__.pop("classes_", None)
         if classes is not None:
-            classes = _host_labels(classes, "classes")
+            classes = host_labels(classes, "classes")
             check_classification_targets(classes)
         _check_partial_fit_first_call(self, classes)
         if is_dask_collection(X):
             return self._fit_dask(X, y, "partial_fit", first=first)
         X = self._validate_X(X, reset=first)
-        y_host = _host_labels(y)
+        y_host = host_labels(y)
         check_classification_targets(y_host)
         y_idx = self._encode_y(y_host, X.shape[0])
         bar = None
@@ -891,7 +734,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         in-memory code (:mod:`._fly_dask`). The model changes only once the summed
         counts are back; a first call that fails leaves the estimator unfitted.
         """
-        d = _fly_dask.check_X(self, X, what, reset=first)
+        d = check_dask_X(self, X, what, reset=first)
         y = _fly_dask.aligned(y, X)
         try:
             if what == "fit":

@@ -14,6 +14,13 @@ import numpy as np
 
 from .._backend import device_limits, get_cupy
 from .._kernels import get_function
+from ._encoding import (
+    ENCODING_WIDTH,
+    RECEPTOR_CENTRES,
+    RECEPTOR_HALF_WIDTH,
+    THERMOMETER_SLOPE,
+    THERMOMETER_THRESHOLDS,
+)
 
 __all__ = ["row_normalize", "encode", "count", "novelty", "argmin", "nearest_class", "work_bytes"]
 
@@ -61,18 +68,10 @@ _ENC_KIND = {"thermometer": 0, "population": 1, "complement": 2}
 
 
 def encode(X, encoding, low=None, span=None, clip=False):  # pragma: no cover - needs a GPU
-    """:func:`sknn_gpu.fly._flynn.encode` in one kernel, straight to the float32 the hash
+    """:func:`sknn_gpu.fly._encoding.encode` in one kernel, straight to the float32 the hash
     reads (the reference's float64 or input-dtype result, cast): one pass instead of a
     dozen CuPy element-wise passes and a float64 copy. Same bits as the reference
     followed by a float32 cast (``flynn.cu``: ``flynn_encode``)."""
-    from ._flynn import (
-        ENCODING_WIDTH,
-        RECEPTOR_CENTRES,
-        RECEPTOR_HALF_WIDTH,
-        THERMOMETER_SLOPE,
-        THERMOMETER_THRESHOLDS,
-    )
-
     cp = get_cupy()
     if X.strides[1] != X.itemsize:
         X = cp.ascontiguousarray(X)

@@ -1,0 +1,188 @@
+"""FlyNN's input encodings and the feature ranges they tile.
+
+* :func:`encode` and its constants (:data:`ENCODING_WIDTH`, :data:`THERMOMETER_THRESHOLDS`,
+  :data:`THERMOMETER_SLOPE`, :data:`RECEPTOR_CENTRES`, :data:`RECEPTOR_HALF_WIDTH`): what
+  the hash reads of each feature under ``encoding`` (the CUDA engine's one-kernel
+  ``encode`` reads the same constants).
+* Ranges: :func:`column_range` (per-feature min and max of an array),
+  :func:`wider_range` (their union over blocks or parties), :func:`input_range` (the
+  checked ``input_low_`` / ``input_high_`` of a fit), :func:`unit_range`,
+  :func:`range_arrays` (the ``low`` / ``span`` that :func:`encode` takes) and
+  :func:`check_in_range` (values outside a fixed range refused).
+
+It sits below the estimator (``_flynn``), its engines, its Dask adapter and the
+federation, which all read it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .._backend import all_in_unit_interval, array_module, to_host
+
+__all__ = [
+    "ENCODING_WIDTH",
+    "THERMOMETER_THRESHOLDS",
+    "THERMOMETER_SLOPE",
+    "RECEPTOR_CENTRES",
+    "RECEPTOR_HALF_WIDTH",
+    "encode",
+    "column_range",
+    "wider_range",
+    "input_range",
+    "unit_range",
+    "range_arrays",
+    "check_in_range",
+]
+
+#: Inputs the hash reads per feature, by ``encoding``.
+ENCODING_WIDTH = {None: 1, "complement": 2, "population": 5, "thermometer": 5}
+#: ``encoding='thermometer'``: the thresholds of a feature's five ramps and their slope
+#: (``clip((u - t) * slope, 0, 1)``: each ramp rises over 0.4 of the range, so
+#: neighbours overlap). Picked in the defaults sweep
+#: (``benchmarks/tools/sweep_flynn_defaults.py --defaults``) among slopes 2, 2.5 and 3.33 and
+#: thresholds from 0 or 0.1: best mean gap to k-NN over 5 seeds.
+THERMOMETER_THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
+THERMOMETER_SLOPE = 2.5
+#: ``encoding='population'``: the centres of a feature's receptors, and their half-width
+#: (triangular tuning curves ``max(0, w - |x - c|)``; see :func:`encode`). The half-width
+#: was picked among 0.25, 0.375, 0.5 and 0.75 in a development sweep (a scratch script on
+#: the four datasets of ``benchmarks/tools/sweep_flynn_defaults.py``): best mean gaps to k-NN
+#: with seed 0 of 1.5, 0.7, 0.5 and 0.3 points; over 5 seeds 0.5 and 0.75 came out level
+#: (0.7-1.1 points).
+RECEPTOR_CENTRES = (0.0, 0.25, 0.5, 0.75, 1.0)
+RECEPTOR_HALF_WIDTH = 0.75
+
+
+def encode(X, encoding, low=None, span=None, clip=False):
+    """The inputs the hash reads for dense rows ``X`` (NumPy or CuPy).
+
+    ``low`` and ``span`` (float64 arrays on ``X``'s device, one entry per feature; both
+    None for features already in [0, 1]) map each feature to ``u = (x - low) / span``
+    in float64, so that its range ``[low, low + span]`` becomes [0, 1]; ``clip`` then
+    reads values beyond the range as its ends.
+
+    * ``'thermometer'``: five saturating ramps per feature, ``clip((u - t) * s, 0, 1)``
+      for the thresholds ``t`` of :data:`THERMOMETER_THRESHOLDS` and the slope ``s`` of
+      :data:`THERMOMETER_SLOPE`: a feature at the bottom of its range is silent, one at
+      the top drives every ramp (1, 1, 1, 0.75, 0.25; large values win, as in the raw
+      hash), and the level in between is coded against a fixed reference.
+    * ``'population'``: five receptors with triangular tuning curves,
+      ``max(0, w - |u - c|)`` for the centres ``c`` of :data:`RECEPTOR_CENTRES` and
+      ``w =`` :data:`RECEPTOR_HALF_WIDTH`.
+    * ``'complement'``: ``[u, 1 - u]`` (complement coding, as in fuzzy ART).
+
+    Columns go receptor by receptor (``[r_0(X), r_1(X), ...]``). Every operation is one
+    correctly rounded subtraction, multiplication or division (or an exact
+    ``abs``/``max``/``clip``), so NumPy and CuPy give the same bits and so the same
+    hash. Without a range the input's dtype is kept; the scaling works in float64 (no
+    overflow for tiny ranges, no float32 subnormals for CuPy to flush).
+    """
+    xp = array_module(X)
+    if low is not None:
+        X = (X - low) / span  # float64 arrays: the result is float64
+    if clip:
+        X = xp.clip(X, 0.0, 1.0)
+    if encoding == "complement":
+        return xp.concatenate([X, 1.0 - X], axis=1)
+    if encoding == "thermometer":
+        return xp.concatenate(
+            [xp.clip((X - t) * THERMOMETER_SLOPE, 0.0, 1.0) for t in THERMOMETER_THRESHOLDS], axis=1
+        )
+    w = RECEPTOR_HALF_WIDTH
+    return xp.concatenate([xp.maximum(w - xp.abs(X - c), 0.0) for c in RECEPTOR_CENTRES], axis=1)
+
+
+# --------------------------------------------------------------------------- #
+# Feature ranges                                                                #
+# --------------------------------------------------------------------------- #
+
+
+def column_range(X):
+    """Per-feature (min, max) of ``X`` (NumPy, CuPy, SciPy or cupyx sparse; implicit
+    zeros count) as host float64 arrays."""
+    lo, hi = X.min(axis=0), X.max(axis=0)
+    if hasattr(lo, "toarray"):  # sparse: a 1 x d sparse matrix
+        lo, hi = lo.toarray(), hi.toarray()
+    return (
+        np.asarray(to_host(lo), dtype=np.float64).ravel(),
+        np.asarray(to_host(hi), dtype=np.float64).ravel(),
+    )
+
+
+def wider_range(*parts):
+    """The per-feature (min, max) over (min, max) pairs (None entries skipped; all None: None)."""
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    return np.min([p[0] for p in parts], axis=0), np.max([p[1] for p in parts], axis=0)
+
+
+def input_range(given, n_features, low=None, high=None, X=None):
+    """The range ``(low, high)`` (host float64, one value per feature) an encoding tiles.
+
+    ``given`` is the ``input_range`` parameter. ``'fit'``: ``low``/``high`` (a Dask
+    reduction, or the parties' agreed range) or else the column range of ``X``; a
+    fixed ``(low, high)`` is checked (finite, one value or one per feature,
+    ``low <= high``).
+    """
+    d = int(n_features)
+    if isinstance(given, str):
+        if low is None:
+            low, high = column_range(X)
+    else:
+        if len(given) != 2:
+            raise ValueError(
+                f"input_range must be 'fit' or a pair (low, high), got a sequence of {len(given)} items."
+            )
+        low, high = given
+    try:
+        low = np.broadcast_to(np.asarray(to_host(low), dtype=np.float64), (d,)).copy()
+        high = np.broadcast_to(np.asarray(to_host(high), dtype=np.float64), (d,)).copy()
+    except (ValueError, TypeError) as exc:
+        raise ValueError(
+            f"input_range: low and high must be numbers or arrays of {d} values (one per feature); {exc}"
+        ) from None
+    if not (np.isfinite(low).all() and np.isfinite(high).all()):
+        raise ValueError("input_range: low and high must be finite.")
+    if not isinstance(given, str) and not (low <= high).all():
+        j = int(np.flatnonzero(~(low <= high))[0])
+        raise ValueError(
+            f"input_range needs low <= high for every feature; feature {j} has low={low[j]:.6g}, "
+            f"high={high[j]:.6g}."
+        )
+    return low, high
+
+
+def unit_range(low, high):
+    """Whether every feature's range is [0, 1] (the encoding reads the values as they are)."""
+    return bool((low == 0).all() and (high == 1).all())
+
+
+def range_arrays(low, high, xp):
+    """``(low, span)`` of :func:`encode` as ``xp`` float64 arrays, or ``(None, None)``
+    when every feature's range is [0, 1]; a constant feature (``span == 0``) reads 0."""
+    if unit_range(low, high):
+        return None, None
+    span = high - low
+    span = np.where(span > 0, span, 1.0)  # a constant feature reads 0
+    return xp.asarray(low), xp.asarray(span)
+
+
+def check_in_range(Xb, low, high, encoding, given):
+    """Refuse values of the dense batch ``Xb`` outside the fixed range ``given`` (``low``,
+    ``high``: its host arrays); one pass on a [0, 1] range."""
+    if unit_range(low, high) and all_in_unit_interval(Xb):  # one pass (GPU: one fused reduction)
+        return
+    xp = array_module(Xb)
+    lo, hi = xp.asarray(low), xp.asarray(high)
+    bad = xp.logical_or(Xb < lo, Xb > hi)
+    if not bool(bad.any()):
+        return
+    r, j = (int(v) for v in np.unravel_index(int(xp.argmax(bad)), bad.shape))
+    value = float(Xb[r, j])
+    raise ValueError(
+        f"encoding={encoding!r} with input_range={given!r}: feature {j} has the "
+        f"value {value:.6g}, outside [{low[j]:.6g}, {high[j]:.6g}]. Widen input_range, scale X first "
+        "(e.g. sklearn.preprocessing.MinMaxScaler(clip=True)), or use input_range='fit'."
+    )
