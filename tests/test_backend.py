@@ -4,11 +4,13 @@ import pickle
 import subprocess
 import sys
 import warnings
+from numbers import Real
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator
+from sklearn.base import BaseEstimator, clone
+from sklearn.utils._param_validation import Interval
 
 import sknn_gpu
 from sknn_gpu import _backend
@@ -24,7 +26,7 @@ from sknn_gpu._backend import (
     to_device,
     to_host,
 )
-from sknn_gpu.base import DeviceMixin, host_state
+from sknn_gpu.base import DeviceMixin, host_state, validates_params
 
 
 @pytest.fixture
@@ -487,3 +489,111 @@ def test_all_in_unit_interval_on_both_devices(xp_name, dtype):
         sub = finfo.smallest_subnormal
         assert all_in_unit_interval(xp.asarray(np.array([sub, 0.5], dtype=dtype)))
         assert not all_in_unit_interval(xp.asarray(np.array([-sub, 0.5], dtype=dtype)))
+
+
+# ------------------------------------------------------------ parameters checked at every method
+class _Checked(DeviceMixin, BaseEstimator):
+    """A toy estimator whose non-fit method goes through ``validates_params``."""
+
+    _parameter_constraints = {
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "sizes": ["array-like"],
+        **DeviceMixin._device_constraints,
+    }
+
+    def __init__(self, alpha=1.0, sizes=(3,), device="cpu"):
+        self.alpha = alpha
+        self.sizes = sizes
+        self.device = device
+
+    def _cross_check_params(self):
+        if any(int(s) < 1 for s in self.sizes):
+            raise ValueError(f"sizes must hold integers >= 1, got {self.sizes!r}.")
+
+    @validates_params
+    def fit(self, X):
+        self.mean_ = np.asarray(X).mean(axis=0)
+        return self
+
+    @validates_params
+    def transform(self, X):
+        """Scaled ``X``."""
+        return self.alpha * (np.asarray(X) - self.mean_)
+
+
+def test_params_changed_after_fit_are_validated_at_predict(rng):
+    X = rng.standard_normal((6, 2))
+    est = _Checked().fit(X)
+    before = est.transform(X)
+    est.set_params(alpha=-1.0)
+    with pytest.raises(ValueError, match="'alpha' parameter of _Checked"):
+        est.transform(X)
+    est.alpha = "bogus"  # plain attribute assignment is caught the same way
+    with pytest.raises(ValueError, match="'alpha' parameter"):
+        est.transform(X)
+    est.alpha = 1.0
+    np.testing.assert_array_equal(est.transform(X), before)
+
+
+def test_the_estimators_own_cross_checks_run_too_and_see_in_place_edits(rng):
+    X = rng.standard_normal((6, 2))
+    est = _Checked(sizes=[3]).fit(X)
+    est.transform(X)
+    est.sizes.append(0)  # the same list object, edited in place
+    with pytest.raises(ValueError, match="sizes must hold integers >= 1"):
+        est.transform(X)
+    est.sizes.pop()
+    assert est.transform(X).shape == X.shape
+
+
+def test_param_check_is_cached_until_a_parameter_changes(rng, monkeypatch):
+    X = rng.standard_normal((6, 2))
+    est = _Checked().fit(X)
+    calls = []
+    real = BaseEstimator._validate_params
+    monkeypatch.setattr(_Checked, "_validate_params", lambda self: calls.append(1) or real(self))
+    est.transform(X)
+    est.transform(X)
+    assert calls == []  # fit validated these values: nothing to do again
+    est.set_params(alpha=2.0)
+    est.transform(X)
+    est.transform(X)
+    assert calls == [1]
+    est.alpha = float("2.0")  # an equal value in a new object: still no second validation
+    est.transform(X)
+    assert calls == [1]
+    clone(est).fit(X).transform(X)  # another instance is validated on its own
+    assert calls == [1, 1]
+
+
+def test_param_check_leaves_the_instance_dict_and_pickles_alone(rng):
+    X = rng.standard_normal((6, 2))
+    est = _Checked().fit(X)
+    state = dict(est.__dict__)
+    est.transform(X)
+    assert est.__dict__.keys() == state.keys()
+    est2 = pickle.loads(pickle.dumps(est))
+    est2.alpha = -3.0
+    with pytest.raises(ValueError, match="'alpha' parameter"):
+        est2.transform(X)
+
+
+def test_param_check_honours_sklearns_skip_parameter_validation(rng):
+    import sklearn
+
+    X = rng.standard_normal((6, 2))
+    est = _Checked().fit(X)
+    est.alpha = -1.0
+    with sklearn.config_context(skip_parameter_validation=True):
+        est.transform(X)  # the user opted out of scikit-learn's constraint checks
+        est.sizes = (0,)
+        with pytest.raises(ValueError, match="sizes must hold"):  # the estimator's own still run
+            est.transform(X)
+    est.sizes = (3,)
+    with pytest.raises(ValueError, match="'alpha' parameter"):
+        est.transform(X)
+
+
+def test_validates_params_keeps_the_method_name_and_docstring():
+    assert _Checked.transform.__name__ == "transform"
+    assert _Checked.transform.__doc__ == "Scaled ``X``."
