@@ -161,8 +161,6 @@ def test_grid_barrier_synchronises_and_counter_needs_no_reset():
 
 @pytest.mark.cuda
 def test_grid_barrier_times_out_instead_of_hanging():
-    import time
-
     import cupy
 
     mod = _barrier_test_module()
@@ -172,11 +170,8 @@ def test_grid_barrier_times_out_instead_of_hanging():
     count = cupy.zeros(1, dtype=cupy.uint64)
     err = cupy.zeros(1, dtype=cupy.int32)
     passed = cupy.zeros(1, dtype=cupy.int32)
-    t0 = time.perf_counter()
     kern((nb,), (1024,), (count, err, passed))
-    cupy.cuda.Device().synchronize()
-    seconds = time.perf_counter() - t0
-    assert seconds < 10.0  # returned (50 ms limit), did not spin forever
+    cupy.cuda.Device().synchronize()  # returns: the waiting blocks gave up (50 ms limit)
     assert int(err.get()[0]) == 1
     assert int(passed.get()[0]) == 0  # no block went through the broken barrier
     assert int(count.get()[0]) >= 1 << 62  # poisoned: later launches on it fail at once

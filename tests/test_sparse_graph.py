@@ -1,7 +1,5 @@
 """SparseGraph: level plan, neat-python equivalence, errors, CPU/GPU parity, gradients."""
 
-import time
-
 import numpy as np
 import pytest
 
@@ -206,14 +204,12 @@ def test_random_layered_has_exact_depth(rng):
         assert g.n_active_edges == g.n_edges  # every node is needed
 
 
-def test_build_is_linear_and_fast_on_70k_edges():
+def test_build_plan_of_70k_edges():
+    # its time is measured beside neat-python's in benchmarks/bench_sparsenet.py ("Build time")
     g = SparseGraph.random_layered(16, 4, 180, 70_000, random_state=0)
     assert g.n_edges > 60_000
-    t0 = time.perf_counter()
     plan = g._build_plan()
-    elapsed = time.perf_counter() - t0
     assert plan["level_ptr"].size - 1 == 180
-    assert elapsed < 0.5, f"level plan of a 70k-edge graph took {elapsed:.3f} s"
 
 
 def test_cycle_is_a_clear_error_naming_its_nodes():
@@ -1003,9 +999,7 @@ def test_gpu_resident_kernel_leaves_when_idle_and_comes_back(rng):
     ref = np.concatenate([g.forward(X[i : i + 1], device="cuda") for i in range(5)])
     with g.resident(idle_timeout=0.002) as res:
         np.testing.assert_array_equal(g.forward(X[:1], device="cuda"), ref[:1])
-        t0 = time.perf_counter()
-        cp.cuda.Device().synchronize()  # waits for the idle kernel to leave
-        assert time.perf_counter() - t0 < 5.0
+        cp.cuda.Device().synchronize()  # returns once the idle kernel has left by itself
         assert res.ctrl[_EXITED] == 1 and res.stream.done
         for i in range(1, 5):
             np.testing.assert_array_equal(g.forward(X[i : i + 1], device="cuda"), ref[i : i + 1])
