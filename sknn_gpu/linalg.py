@@ -32,6 +32,11 @@ The module has the two public functions and their validation, then the CPU engin
 (``_gemv_cpu``/``_ger_cpu``: SciPy BLAS), then the CUDA engine (``_gemv_cuda``/
 ``_ger_cuda``: launch plans and the cached driver launches of
 :mod:`sknn_gpu._kernels._launch`).
+
+Size: one coherent thing, two public functions and their two engines. The CUDA engine
+stays in this namespace because the public functions' fast path reads its module state
+(CuPy's array type, the per-thread launch records) directly, on calls that take a few
+microseconds, and tests and benchmarks steer its dispatch rules through the same globals.
 """
 
 from __future__ import annotations

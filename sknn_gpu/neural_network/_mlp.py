@@ -30,6 +30,11 @@ CSR on the device densified one minibatch at a time on the GPU (:mod:`._data`). 
 arrays are predicted block by block (:func:`sknn_gpu._dask.dask_rows`); training is in
 memory. :meth:`GPUMLPClassifier.as_sklearn` / :meth:`~GPUMLPClassifier.from_sklearn`
 convert to and from scikit-learn's estimator (:mod:`._interop`).
+
+Size: one estimator class, scikit-learn's MLP parameters with their docstrings (about 170
+lines) and its epoch loop; the trainers, data handling, size estimate and scikit-learn
+conversion already live in ``_base``/``_mlp_cpu``/``_mlp_cuda``, ``_data``, ``_size`` and
+``_interop``.
 """
 
 from __future__ import annotations

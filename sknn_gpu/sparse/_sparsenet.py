@@ -4,6 +4,10 @@ The estimator decides (parameters, validation, size estimate, the training loop)
 sparse graph is evaluated and differentiated by the engine that ``device_`` picks once
 (:func:`sknn_gpu.sparse._graph.engine`: ``_graph_cpu`` or ``_graph_cuda``, same
 functions). The dense phase of ``'prune'`` is written against ``xp`` (NumPy or CuPy).
+
+Size: one estimator class and its own decisions (its public docstring alone is about 150
+lines); the graph, its engines, the argument checks and the training models already live
+in ``_graph``, ``_graph_cpu``/``_graph_cuda``, ``_graph_build`` and ``_sparsenet_train``.
 """
 
 from __future__ import annotations
