@@ -80,8 +80,8 @@ def device_state(obj, device):
 #: estimator, not in it, so ``predict`` leaves ``__dict__`` alone and pickles and clones carry
 #: nothing; a copy is validated on its first call)
 _VALID_PARAMS = weakref.WeakKeyDictionary()
-#: values compared by content, not identity: containers a user may edit in place
-_CONTAINERS = (list, tuple, dict, set, np.ndarray)
+#: containers a user may edit in place: compared by content, not identity
+_MUTABLE = (list, dict, set, np.ndarray)
 #: values compared by type and value
 _SCALARS = (str, bytes, int, float, complex, np.generic, type(None))
 
@@ -115,6 +115,13 @@ def _frozen(value):
     return (kind, id(value))
 
 
+def _mutable(value):
+    """Whether ``value`` may change in place: a list, dict, set or array, or a tuple holding one."""
+    if isinstance(value, _MUTABLE):
+        return True
+    return type(value) is tuple and any(_mutable(v) for v in value)
+
+
 class _ValidParams:
     """The parameter values of one estimator that passed the checks (held, so ids stay unique)."""
 
@@ -123,10 +130,10 @@ class _ValidParams:
     def __init__(self, values):
         self.values = values
         self.frozen = tuple(_frozen(v) for v in values)
-        self.containers = tuple(i for i, v in enumerate(values) if isinstance(v, _CONTAINERS))
+        self.containers = tuple(i for i, v in enumerate(values) if _mutable(v))
 
     def holds(self, values):
-        """Whether ``values`` are these: the same objects (containers with the same content),
+        """Whether ``values`` are these: the same objects (mutable ones with the same content),
         else equal stand-ins."""
         if all(map(operator.is_, values, self.values)):
             return all(_frozen(values[i]) == self.frozen[i] for i in self.containers)
