@@ -5,14 +5,13 @@ CuPy (``device='cuda'``); ``device='auto'`` (the default) picks the GPU when one
 usable. Importing this package never imports CuPy.
 """
 
-__version__ = "0.1.0"
-
-from ._backend import InsufficientMemoryError, config_context, get_config, set_config  # noqa: E402
-from .fly import FlyHashTransformer, FlyNNClassifier  # noqa: E402
-from .halftone import DTCNNHalftoner  # noqa: E402
-from .memory import GBNNMemory  # noqa: E402
-from .neural_network import GPUMLPClassifier  # noqa: E402
-from .sparse import SparseNetRegressor  # noqa: E402
+from ._backend import InsufficientMemoryError, config_context, get_config, set_config
+from ._version import __version__
+from .fly import FlyHashTransformer, FlyNNClassifier
+from .halftone import DTCNNHalftoner
+from .memory import GBNNMemory
+from .neural_network import GPUMLPClassifier
+from .sparse import SparseNetRegressor
 
 __all__ = [
     "__version__",

@@ -12,7 +12,7 @@ import sklearn
 from sklearn.base import ClassifierMixin, RegressorMixin
 from sklearn.utils._param_validation import StrOptions
 
-from . import __version__, _backend
+from . import _backend
 from ._backend import (
     OUTPUT_TYPES,
     all_finite,
@@ -25,6 +25,7 @@ from ._backend import (
     to_device,
     to_host,
 )
+from ._version import __version__
 
 __all__ = [
     "DeviceMixin",
