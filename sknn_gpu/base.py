@@ -34,6 +34,7 @@ __all__ = [
     "host_state",
     "device_state",
     "validates_params",
+    "reject_time_dtypes",
 ]
 
 #: key of the sknn_gpu version stamped into every pickle (beside scikit-learn's own)
@@ -207,6 +208,60 @@ def validates_params(method):
         return method(self, *args, **kwargs)
 
     return wrapper
+
+
+# ----------------------------------------------------------------- input dtypes
+#: names of the date and duration dtypes of data frames that have no NumPy ``kind`` (polars)
+_TIME_DTYPE_NAMES = ("Datetime", "Date", "Duration", "Time")
+
+
+def _is_time_dtype(dtype):
+    kind = getattr(dtype, "kind", None)
+    if isinstance(kind, str):
+        return kind in ("m", "M")
+    return str(dtype).split("(", 1)[0] in _TIME_DTYPE_NAMES
+
+
+def reject_time_dtypes(X, input_name="X"):
+    """Refuse dates and time spans (``datetime64``/``timedelta64``) as numeric input.
+
+    scikit-learn's ``validate_data(..., dtype=np.float64)`` casts them silently to
+    counts of their unit since 1970 (or of their span), so a model would train on
+    numbers whose scale depends on the unit the data happened to carry. Call it on the
+    host input before ``validate_data`` (CuPy holds no time dtypes;
+    :meth:`DeviceMixin._check_device_X` refuses every non-numeric dtype). Looks at the
+    array's ``dtype``, a data frame's column ``dtypes``, or, for a list or tuple, the
+    dtype NumPy gives it.
+
+    Raises
+    ------
+    ValueError
+        Naming the dtype (and the column of a data frame).
+    """
+    dtype = getattr(X, "dtype", None)
+    if dtype is not None:
+        columns = [(None, dtype)]
+    elif hasattr(X, "dtypes"):  # a data frame: one dtype per column
+        dtypes = X.dtypes
+        names = getattr(X, "columns", None)
+        dtypes = list(dtypes.values if hasattr(dtypes, "values") else dtypes)
+        columns = list(zip(list(names) if names is not None else [None] * len(dtypes), dtypes))
+    elif isinstance(X, (list, tuple)):
+        try:
+            columns = [(None, np.asarray(X).dtype)]
+        except (ValueError, TypeError):  # ragged or odd: validate_data says what is wrong
+            return
+    else:
+        return
+    for column, dtype in columns:
+        if _is_time_dtype(dtype):
+            where = "" if column is None else f" (column {column!r})"
+            raise ValueError(
+                f"{input_name} has dtype {dtype}{where}: dates and time spans are not numeric "
+                "features. Convert them to numbers in a unit you choose before passing them, for "
+                "example seconds: X.astype('datetime64[s]').astype(np.int64) (or "
+                "'timedelta64[s]' for time spans)."
+            )
 
 
 class DeviceMixin:

@@ -1,6 +1,7 @@
 """Device backend: resolution, the no-CuPy path, output types, memory checks, pickling."""
 
 import pickle
+import re
 import subprocess
 import sys
 import warnings
@@ -26,7 +27,7 @@ from sknn_gpu._backend import (
     to_device,
     to_host,
 )
-from sknn_gpu.base import DeviceMixin, host_state, validates_params
+from sknn_gpu.base import DeviceMixin, host_state, reject_time_dtypes, validates_params
 
 
 @pytest.fixture
@@ -597,3 +598,33 @@ def test_param_check_honours_sklearns_skip_parameter_validation(rng):
 def test_validates_params_keeps_the_method_name_and_docstring():
     assert _Checked.transform.__name__ == "transform"
     assert _Checked.transform.__doc__ == "Scaled ``X``."
+
+
+# ------------------------------------------------------------ dates and time spans are not numbers
+@pytest.mark.parametrize("dtype", ["datetime64[ns]", "datetime64[D]", "timedelta64[s]"])
+def test_reject_time_dtypes_names_the_dtype(dtype):
+    T = np.arange(6).reshape(3, 2).astype(dtype)
+    with pytest.raises(ValueError, match=rf"X has dtype {re.escape(str(T.dtype))}: dates and time spans"):
+        reject_time_dtypes(T)
+    with pytest.raises(ValueError, match=r"y has dtype"):
+        reject_time_dtypes(T[:, 0], input_name="y")
+    with pytest.raises(ValueError, match=r"dtype (datetime|timedelta)64"):
+        reject_time_dtypes([list(row) for row in T])  # a list of NumPy dates
+
+
+def test_reject_time_dtypes_reads_data_frame_columns_and_lets_numbers_through():
+    class _Frame:  # the two attributes of a pandas/polars frame that the check reads
+        columns = ["price", "when"]
+        dtypes = [np.dtype(np.float64), np.dtype("datetime64[us]")]
+
+    with pytest.raises(ValueError, match=r"dtype datetime64\[us\] \(column 'when'\)"):
+        reject_time_dtypes(_Frame())
+
+    class _Polars:  # polars dtypes have no NumPy kind: their names tell
+        columns = ["a", "b"]
+        dtypes = ["Float64", "Duration(time_unit='us')"]
+
+    with pytest.raises(ValueError, match=r"Duration\(time_unit='us'\) \(column 'b'\)"):
+        reject_time_dtypes(_Polars())
+    for ok in (np.ones((2, 2)), np.ones(3, dtype=np.int8), sp.csr_matrix(np.eye(2)), [[1, 2]], [[1], [1, 2]]):
+        assert reject_time_dtypes(ok) is None
