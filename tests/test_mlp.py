@@ -582,7 +582,7 @@ def test_zero_weight_minibatch_is_refused_as_in_sklearn(digits):
     est = GPUMLPClassifier(device="cpu", **{**params, "batch_size": 25, "shuffle": False})
     with pytest.raises(ZeroDivisionError, match=r"samples 0\.\.24 \(in this epoch's order"):
         est.fit(Xtr[:50], ytr[:50], sample_weight=sw2)
-    assert est.n_iter_ == 0  # refused at the epoch's start, before its first update
+    assert not any(k.endswith("_") for k in vars(est))  # a failed first fit leaves it unfitted
 
 
 def test_sample_weight_partial_fit_matches_sklearn(digits, rng):
@@ -977,3 +977,108 @@ def test_cupy_score_and_output_type_without_array_api_dispatch(digits):
     assert isinstance(clf.set_params(output_type="numpy").predict(cupy.asarray(Xte)), np.ndarray)
     with config_context(output_type="cupy"):
         assert isinstance(clf.set_params(output_type=None).predict_proba(Xte), cupy.ndarray)
+
+
+# ------------------------------------------------------------------ parameters, failed fits, input dtypes
+def _fitted(device, digits, **kw):
+    Xtr, _, ytr, _ = digits
+    params = dict(hidden_layer_sizes=(8,), max_iter=2, random_state=0, device=device, **kw)
+    return GPUMLPClassifier(**params).fit(Xtr, ytr)
+
+
+@pytest.mark.parametrize(
+    "param, value",
+    [
+        ("activation", "bogus"),
+        ("output_type", "bogus"),
+        ("batch_size", 0),
+        ("alpha", -1.0),
+        ("device", "tpu"),
+    ],
+)
+@pytest.mark.parametrize("method", ["predict", "predict_proba", "predict_log_proba", "score"])
+def test_parameters_changed_after_fit_are_refused_by_every_method(device, digits, param, value, method):
+    _, Xte, _, yte = digits
+    clf = _fitted(device, digits)
+    expected = getattr(clf, method)(*((Xte, yte) if method == "score" else (Xte,)))
+    clf.set_params(**{param: value})
+    args = (Xte, yte) if method == "score" else (Xte,)
+    with pytest.raises(ValueError, match=f"'{param}' parameter of GPUMLPClassifier must be"):
+        getattr(clf, method)(*args)
+    clf.set_params(**{param: GPUMLPClassifier().get_params()[param] if param != "device" else device})
+    np.testing.assert_array_equal(getattr(clf, method)(*args), expected)
+
+
+def test_parameters_assigned_after_fit_are_refused_by_partial_fit_and_as_sklearn(digits):
+    Xtr, Xte, ytr, _ = digits
+    clf = _fitted("cpu", digits)
+    pred = clf.predict(Xte)
+    clf.learning_rate_init = -0.5  # scikit-learn skips its check for a fitted partial_fit
+    with pytest.raises(ValueError, match="'learning_rate_init' parameter"):
+        clf.partial_fit(Xtr, ytr)
+    clf.learning_rate_init = 0.001
+    clf.activation = "bogus"
+    with pytest.raises(ValueError, match="'activation' parameter"):
+        clf.as_sklearn()
+    clf.activation = "relu"
+    clf.hidden_layer_sizes = (8, 0)  # passes the "array-like" constraint: the estimator's own check
+    with pytest.raises(ValueError, match="hidden_layer_sizes must hold positive integers"):
+        clf.predict(Xte)
+    clf.hidden_layer_sizes = (8,)
+    np.testing.assert_array_equal(clf.predict(Xte), pred)
+
+
+def test_failed_fit_with_too_few_labels_keeps_the_previous_model(device, digits):
+    Xtr, Xte, ytr, _ = digits
+    clf = _fitted(device, digits)
+    before = clf.predict_proba(Xte)
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        clf.fit(Xtr, ytr[:-1])
+    np.testing.assert_array_equal(clf.predict_proba(Xte), before)
+
+
+@pytest.mark.parametrize("call", ["fit", "partial_fit"])
+def test_diverged_fit_keeps_the_previous_model(device, digits, call):
+    """A fit whose weights overflow raises, and leaves the model it had (not NaN weights)."""
+    Xtr, Xte, ytr, _ = digits
+    clf = _fitted(device, digits, solver="sgd", learning_rate_init=0.1)
+    clf.partial_fit(Xtr, ytr)  # optimizer state, loss curve: everything a failed call could touch
+    before = clf.predict_proba(Xte)
+    state = {k: (list(v) if isinstance(v, list) else v) for k, v in vars(clf).items()}
+    moments = clf._optimizer.moment1.copy()
+    clf.set_params(learning_rate_init=10.0)
+    with pytest.raises(ValueError, match="non-finite parameter weights"):
+        getattr(clf, call)(Xtr * 1e150, ytr)
+    clf.set_params(learning_rate_init=0.1)
+    np.testing.assert_array_equal(clf.predict_proba(Xte), before)
+    assert vars(clf).keys() == state.keys()
+    assert clf.loss_curve_ == state["loss_curve_"] and clf.n_iter_ == state["n_iter_"]
+    assert clf.t_ == state["t_"] and clf._optimizer.lr == 0.1
+    np.testing.assert_array_equal(clf._optimizer.moment1, moments)
+    clf.partial_fit(Xtr, ytr)  # and it goes on from there
+    assert np.isfinite(clf.loss_curve_[-1])
+
+
+def test_diverged_first_fit_leaves_the_estimator_unfitted(digits):
+    from sklearn.exceptions import NotFittedError
+
+    Xtr, Xte, ytr, _ = digits
+    clf = GPUMLPClassifier((8,), solver="sgd", learning_rate_init=10.0, max_iter=2, device="cpu")
+    with pytest.raises(ValueError, match="non-finite parameter weights"):
+        clf.fit(Xtr * 1e150, ytr)
+    assert not any(k.endswith("_") for k in vars(clf))
+    with pytest.raises(NotFittedError):
+        clf.predict(Xte)
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "timedelta64[ms]"])
+def test_dates_and_time_spans_are_refused_naming_the_dtype(digits, dtype):
+    Xtr, Xte, ytr, _ = digits
+    T = (Xtr * 16).astype(np.int64).astype(dtype)
+    with pytest.raises(ValueError, match=rf"X has dtype {dtype.split('[')[0]}.*not numeric features"):
+        GPUMLPClassifier((4,), max_iter=1, device="cpu").fit(T, ytr)
+    clf = _fitted("cpu", digits)
+    with pytest.raises(ValueError, match=rf"X has dtype {dtype.split('[')[0]}"):
+        clf.predict(T[:5])
+    with pytest.raises(ValueError, match=rf"X has dtype {dtype.split('[')[0]}"):
+        clf.partial_fit(T, ytr)

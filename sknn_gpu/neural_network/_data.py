@@ -27,6 +27,7 @@ from sklearn.utils.validation import validate_data
 
 from .._backend import array_module, get_xp, is_cupy_sparse, is_device_array, to_device, to_host
 from .._dask import is_dask_collection
+from ..base import reject_time_dtypes
 
 __all__ = ["CSRRows", "check_X", "host_rows", "is_sparse", "take_rows", "validation_split"]
 
@@ -72,6 +73,7 @@ def check_X(est, X, reset, y="no_validation"):
         if y.shape[0] != X.shape[0]:
             raise ValueError(f"X has {X.shape[0]} samples but y has {y.shape[0]}.")
         return X, y
+    reject_time_dtypes(X)
     kw = dict(accept_sparse=["csr", "csc"], dtype=(np.float64, np.float32), reset=reset)
     if isinstance(y, str) and y == "no_validation":
         return validate_data(est, X, **kw)

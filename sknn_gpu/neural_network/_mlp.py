@@ -46,6 +46,7 @@ from .._typing import Array, ArrayLike
 if TYPE_CHECKING:
     from sklearn.neural_network import MLPClassifier
 
+import dataclasses
 import warnings
 from numbers import Integral, Real
 
@@ -68,7 +69,7 @@ from .._backend import (
 )
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress, family_logger
-from ..base import DeviceClassifierMixin, DeviceMixin
+from ..base import DeviceClassifierMixin, DeviceMixin, validates_params
 from . import _interop
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
 from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
@@ -317,6 +318,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.kernels = kernels
 
     # ------------------------------------------------------------------ public API
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> GPUMLPClassifier:
         """Fit the model to data ``X`` and labels ``y``.
@@ -348,6 +350,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return True
 
     @available_if(lambda est: est._check_solver())
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(
         self,
@@ -376,7 +379,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self : GPUMLPClassifier
             The updated estimator.
         """
-        saved = self.__dict__.copy()  # a refused call leaves the estimator as it was
+        saved = self._snapshot()  # a refused or failed call leaves the estimator as it was
         try:
             if _check_partial_fit_first_call(self, classes):
                 self._label_binarizer = LabelBinarizer()
@@ -389,6 +392,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             raise
         return self._fit(X, y, incremental=True, sample_weight=sample_weight, saved=saved)
 
+    @validates_params
     @dask_rows(_label_shape)
     def predict(self, X: ArrayLike) -> Array:
         """Predict class labels (or a label-indicator matrix for multilabel targets).
@@ -407,6 +411,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         labels = self._labels_from_output(to_host(self._forward(X)))
         return self._output(labels, X)
 
+    @validates_params
     @dask_rows(_proba_shape)
     def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities.
@@ -426,6 +431,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             P = array_module(P).concatenate([1 - P, P], axis=1)
         return self._output(P, X)
 
+    @validates_params
     @dask_rows(_proba_shape)
     def predict_log_proba(self, X: ArrayLike) -> Array:
         """Logarithm of :meth:`predict_proba`.
@@ -443,6 +449,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         P = self.predict_proba(X)
         return array_module(P).log(P)
 
+    @validates_params
     def score(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> float:
         """Mean accuracy of :meth:`predict` on ``X`` against ``y``.
 
@@ -469,6 +476,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return float(accuracy_score(to_host(y), to_host(pred), sample_weight=to_host(sample_weight)))
 
     # ------------------------------------------------------------------ scikit-learn interop
+    @validates_params
     def as_sklearn(self) -> MLPClassifier:
         """An equivalent fitted :class:`sklearn.neural_network.MLPClassifier`.
 
@@ -539,6 +547,11 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Y = self._label_binarizer.transform(y)
         return X, Y
 
+    def _cross_check_params(self):
+        """What ``_parameter_constraints`` cannot say (run by :func:`~sknn_gpu.base.validates_params`
+        at every public method): each hidden layer size is a positive integer."""
+        self._hidden_sizes()
+
     def _hidden_sizes(self):
         """``hidden_layer_sizes`` as a list of positive ints, or a ValueError naming it."""
         hidden = self.hidden_layer_sizes
@@ -567,26 +580,41 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         check_size(self, phase, units, n_samples, dtype, **data)
 
     # ------------------------------------------------------------------ training
+    def _snapshot(self):
+        """The instance state to put back when a call fails: what training changes in place
+        (the loss and validation curves, the optimizer's learning rate, step count and
+        moments) is copied; the weights are replaced, never written into."""
+        saved = {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
+        opt = saved.get("_optimizer")
+        if opt is not None:
+            saved["_optimizer"] = dataclasses.replace(
+                opt,
+                moment1=None if opt.moment1 is None else opt.moment1.copy(),
+                moment2=None if opt.moment2 is None else opt.moment2.copy(),
+            )
+        return saved
+
     def _restore(self, saved):
         self.__dict__.clear()
         self.__dict__.update(saved)
 
     def _fit(self, X, y, incremental, sample_weight=None, saved=None):
-        saved = self.__dict__.copy() if saved is None else saved
-        try:  # validation and the size check: a refused call leaves the estimator as it was
+        saved = self._snapshot() if saved is None else saved
+        try:  # a refused or failed call (diverged, out of memory) leaves the estimator as it was
             X, Y, sample_weight, units, first_pass = self._prepare_fit(X, y, sample_weight, incremental)
+            self._random_state = check_random_state(self.random_state)
+            if first_pass:
+                self._initialize(Y, units, X.dtype)
+            self._fit_stochastic(X, Y, sample_weight, units, incremental)
+            if not all(np.isfinite(w).all() for w in self.coefs_ + self.intercepts_):
+                raise ValueError(
+                    "Solver produced non-finite parameter weights. The input data may contain large "
+                    "values and need to be preprocessed. The estimator is left as it was before "
+                    "this call."
+                )
         except BaseException:
             self._restore(saved)
             raise
-        self._random_state = check_random_state(self.random_state)
-        if first_pass:
-            self._initialize(Y, units, X.dtype)
-        self._fit_stochastic(X, Y, sample_weight, units, incremental)
-        if not all(np.isfinite(w).all() for w in self.coefs_ + self.intercepts_):
-            raise ValueError(
-                "Solver produced non-finite parameter weights. The input data may contain large "
-                "values and need to be preprocessed."
-            )
         return self
 
     def _prepare_fit(self, X, y, sample_weight, incremental):
