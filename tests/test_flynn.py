@@ -12,7 +12,8 @@ from sklearn.preprocessing import StandardScaler
 
 from sknn_gpu._backend import to_host
 from sknn_gpu.fly import FlyNNClassifier, _flynn_cpu, merge_flynn
-from sknn_gpu.fly._flynn import _dp_release, engine
+from sknn_gpu.fly._flynn_engine import engine
+from sknn_gpu.fly._privacy import dp_release
 
 
 @pytest.fixture(scope="module")
@@ -331,7 +332,7 @@ def test_privatize_releases_n_entries_per_class(rng):
 
 def test_privatize_large_epsilon_releases_top_counts(rng):
     counts = rng.permutation(np.arange(200) * 3).reshape(2, 100).astype(np.int64)
-    released, noisy = _dp_release(counts, epsilon=1e6, n_released=10, rng=np.random.default_rng(0))
+    released, noisy = dp_release(counts, epsilon=1e6, n_released=10, rng=np.random.default_rng(0))
     for row in range(2):
         top = np.argsort(-counts[row])[:10]
         assert set(released[row]) == set(top)
@@ -342,7 +343,7 @@ def test_dp_laplace_scale_and_selection_bias():
     g = np.random.default_rng(123)
     counts = g.integers(0, 50, size=(40, 500))
     eps, T = 1.0, 100
-    released, noisy = _dp_release(counts, eps, T, g)
+    released, noisy = dp_release(counts, eps, T, g)
     noise = noisy - np.take_along_axis(counts, released, axis=1)
     scale = 2 * T / eps
     # Laplace(0, b): mean 0, mean |noise| = b (4000 draws: std error of mean|.| is b/63)
@@ -353,7 +354,7 @@ def test_dp_laplace_scale_and_selection_bias():
     assert sel.mean() > counts.mean() + 0.5
     assert sel.min() < np.percentile(counts, 25)
     # tiny epsilon: selection is close to uniform
-    released, _ = _dp_release(counts, 1e-6, T, g)
+    released, _ = dp_release(counts, 1e-6, T, g)
     assert abs(np.take_along_axis(counts, released, axis=1).mean() - counts.mean()) < 1.5
 
 
@@ -874,6 +875,7 @@ def test_input_range_fit_tiles_the_training_range(rng):
     ends (clipped), a constant feature reads 0; equal to a fixed range over the same bounds;
     partial_fit takes the range of its first batch."""
     from sknn_gpu.fly._encoding import encode
+    from sknn_gpu.fly._flynn_batches import range_arrays
 
     X, y = _blobs(rng, n=200, d=6)
     X[:, 2] = 7.0  # a constant feature
@@ -883,7 +885,7 @@ def test_input_range_fit_tiles_the_training_range(rng):
     fixed = FlyNNClassifier(k=8, random_state=0, device="cpu", **_fixed_range(X)).fit(X, y)
     assert np.array_equal(clf.counts_, fixed.counts_)
     # the encoder's own view: scaled to [0, 1], clipped, the constant feature at 0
-    low, scale = clf._range_arrays(X)
+    low, scale = range_arrays(clf, X)
     U = encode(X, "complement", low, scale, clip=True)[:, :6]  # the first half is u itself
     assert U.min() == 0.0 and U.max() == 1.0 and np.all(U[:, 2] == 0.0)
     assert np.all(encode(X + 1e3, "complement", low, scale, clip=True)[:, :6] == 1.0)  # read as the ends

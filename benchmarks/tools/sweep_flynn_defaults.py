@@ -38,7 +38,7 @@ from sklearn.preprocessing import FunctionTransformer, MinMaxScaler
 
 from sknn_gpu import FlyNNClassifier
 from sknn_gpu.fly import PAPERS_FLYNN
-from sknn_gpu.fly._flynn import encode
+from sknn_gpu.fly._encoding import encode
 
 data = {
     "digits": load_digits(return_X_y=True),

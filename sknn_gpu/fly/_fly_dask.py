@@ -28,13 +28,15 @@ import warnings
 
 import numpy as np
 from sklearn.exceptions import DataConversionWarning
+from sklearn.utils.multiclass import check_classification_targets
 
 from .._backend import to_device, to_host
 from .._dask import is_dask_collection, row_blocks, tree_reduce
+from .._progress import Progress
 from . import _encoding
 from ._common import check_dask_X, host_labels, label_kind
 
-__all__ = ["column_range", "aligned", "classes", "counts", "score"]
+__all__ = ["fit", "column_range", "aligned", "classes", "counts", "score"]
 
 
 # ----------------------------------------------------------------------------------
@@ -147,6 +149,39 @@ def counts(est, X, y, what="fit"):
     parts = [dask.delayed(_block_counts)(shared, what, xb, yb) for xb, yb in row_blocks(X, y)]
     total, n = dask.compute(tree_reduce(parts, _add))[0]
     return to_device(total, est.device_), n, len(parts)
+
+
+def fit(est, X, y, what, first):
+    """``fit``/``partial_fit`` (``what``) of ``est`` on Dask ``X``: counts per block on the
+    workers, summed in a tree; returns ``est``.
+
+    The client checks the metadata, gathers the class labels (``fit``) and draws
+    the projection; each worker validates and counts its blocks with the
+    in-memory code. The model changes only once the summed counts are back; a
+    ``first`` call that fails leaves the estimator unfitted.
+    """
+    d = check_dask_X(est, X, what, reset=first)
+    y = aligned(y, X)
+    try:
+        if what == "fit":
+            labels = classes(X, y)
+            check_classification_targets(labels)
+            est.classes_ = labels
+        if first:
+            low = high = None
+            if getattr(est, "encoding", None) is not None and isinstance(est.input_range, str):
+                low, high = column_range(est, X)  # one reduction over the blocks
+            est._set_input_range(low, high)
+            est._init_model(d, 0, caller=what)
+        bar = Progress(est, f"{type(est).__name__}.{what} (dask)", verbose=est.verbose, unit="blocks")
+        total, n, bar.n = counts(est, X, y, what)
+        est._set_counts(total if first else est.counts_ + total)
+        bar.close(samples=n, classes=len(est.classes_))
+    except BaseException:
+        if first:
+            est._forget()
+        raise
+    return est
 
 
 # ----------------------------------------------------------------------------------

@@ -21,31 +21,26 @@ import copy
 from numbers import Integral, Real
 
 import numpy as np
-import scipy.sparse as sp
 from sklearn.base import BaseEstimator, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
-from sklearn.utils.validation import check_is_fitted, column_or_1d, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._backend import (
-    array_module,
-    is_cupy_sparse,
-    is_device_array,
-    synchronize,
-    to_device,
-    to_host,
-)
+from .._backend import array_module, is_cupy_sparse, is_device_array, to_device, to_host
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin
-from . import _encoding, _fly_dask, _flynn_cpu, _flynn_cuda
-from ._common import HASH_PARAMS, check_dask_X, host_labels
-from ._encoding import ENCODING_WIDTH, encode
-from ._flyhash import FlyHashTransformer, check_footprint, flyhash_bytes
+from . import _fly_dask, _flynn_batches
+from ._common import HASH_PARAMS, encode_labels, host_labels
+from ._encoding import ENCODING_WIDTH, input_range
+from ._flyhash import FlyHashTransformer
+from ._flynn_engine import engine
+from ._flynn_size import check_size
+from ._privacy import private_counts
 
-__all__ = ["FlyNNClassifier", "PAPERS_FLYNN", "engine"]
+__all__ = ["FlyNNClassifier", "PAPERS_FLYNN"]
 
 #: The FlyNN of the papers (Sinha & Ram; this package's defaults before 2026-11-26): the
 #: raw features (rows centred and scaled), 20 cells per feature reading 10 % of them,
@@ -57,11 +52,6 @@ PAPERS_FLYNN = dict(n_components=None, connection_sparsity=0.1, k=32, gamma=0.5,
 #: least 2 and at most this many (more cost time and did not help in the defaults
 #: sweep, ``benchmarks/tools/sweep_flynn_defaults.py --defaults``).
 MAX_DEFAULT_CONNECTIONS = 16
-
-
-def engine(device):
-    """The FlyNN engine of a resolved device: :mod:`._flynn_cpu` or :mod:`._flynn_cuda`."""
-    return _flynn_cuda if device == "cuda" else _flynn_cpu
 
 
 def _per_class(est, X=None):
@@ -79,36 +69,6 @@ def _labels(est, X=None):
 def _hash_constraints():
     src = getattr(FlyHashTransformer, "_parameter_constraints", {})
     return {name: src.get(name, "no_validation") for name in (*HASH_PARAMS, "precision")}
-
-
-# --------------------------------------------------------------------------- #
-# Differential privacy                                                          #
-# --------------------------------------------------------------------------- #
-
-
-def _dp_release(counts, epsilon, n_released, rng):
-    """Per-class private release of ``n_released`` counts (Ram & Sinha, AAAI 2022, Alg. 2).
-
-    Returns ``(released, noisy)``: ``released`` (n_classes, n_released) are the cell
-    indices chosen per class, in the order they were drawn, and ``noisy`` the
-    matching counts plus Laplace noise (not yet clipped at 0).
-
-    Selection: ``n_released`` rounds of the exponential mechanism without
-    replacement, with utility the count and weights ``exp(epsilon * z / (2 T))``,
-    drawn at once with the Gumbel-top-T trick (adding i.i.d. Gumbel noise to the
-    log-weights and keeping the T largest is distributed exactly as T sequential
-    draws without replacement). Values: Laplace noise of scale ``2 T / epsilon``.
-    """
-    counts = np.asarray(counts, dtype=np.float64)
-    n_classes, m = counts.shape
-    T = int(n_released)
-    scale = 2.0 * T / float(epsilon)
-    gumbel = rng.gumbel(size=(n_classes, m))
-    keys = counts / scale + gumbel
-    released = np.argsort(-keys, axis=1, kind="stable")[:, :T]
-    noise = rng.laplace(0.0, scale, size=(n_classes, T))
-    noisy = np.take_along_axis(counts, released, axis=1) + noise
-    return released.astype(np.int64), noisy
 
 
 class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
@@ -385,20 +345,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     def _encode_y(self, y, n):
         """Class indices (int32, host) of the labels ``y``; clear error on unknown labels."""
-        y = column_or_1d(to_host(y), warn=True)
-        if y.shape[0] != n:
-            raise ValueError(f"X and y have inconsistent numbers of samples: {n} != {y.shape[0]}.")
-        idx = np.searchsorted(self.classes_, y)
-        idx = np.clip(idx, 0, len(self.classes_) - 1)
-        bad = self.classes_[idx] != y
-        if np.any(bad):
-            unseen = np.unique(y[bad])
-            raise ValueError(
-                f"y contains labels {unseen.tolist()[:10]} that are not in classes_ "
-                f"{self.classes_.tolist()[:20]}; pass every label in `classes` on the first call "
-                "to partial_fit."
-            )
-        return idx.astype(np.int32)
+        return encode_labels(self.classes_, y, n)
 
     # ------------------------------------------------------------------ #
     # model state                                                          #
@@ -429,31 +376,11 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self.__dict__.pop(name, None)
         if getattr(self, "encoding", None) is None:
             return
-        self.input_low_, self.input_high_ = _encoding.input_range(
-            self.input_range, self.n_features_in_, low, high, X
-        )
-
-    def _range_arrays(self, Xb):
-        """``(low, span)`` of :func:`encode` (float64, on ``Xb``'s device; cached), or
-        ``(None, None)`` when every feature's range is [0, 1]."""
-
-        def build(low):
-            return _encoding.range_arrays(low, self.input_high_, array_module(Xb))
-
-        return self._derived(("_input_range", self.device_), self.input_low_, build)
+        self.input_low_, self.input_high_ = input_range(self.input_range, self.n_features_in_, low, high, X)
 
     def _encode(self, Xb):
-        """The encoded dense device batch ``Xb``: scaled to the input range, checked or clipped."""
-        low, span = self._range_arrays(Xb)
-        fitted = isinstance(self.input_range, str)
-        if not fitted:  # values outside a fixed range are refused (one pass on a [0, 1] range)
-            _encoding.check_in_range(Xb, self.input_low_, self.input_high_, self.encoding, self.input_range)
-        # a fixed range is clipped too: only the rounding of (x - low) / span can pass 1 there,
-        # and clipping it keeps the bits of a fit over the same range under 'fit' (federated merges)
-        clip = fitted or low is not None
-        if self.device_ == "cuda" and not self._normalizes():  # one kernel, straight to float32
-            return _flynn_cuda.encode(Xb, self.encoding, low, span, clip=clip)
-        return encode(Xb, self.encoding, low, span, clip=clip)
+        """The encoded dense device batch ``Xb`` (:func:`._flynn_batches.encode_batch`)."""
+        return _flynn_batches.encode_batch(self, Xb)
 
     def _init_model(self, n_features, n_samples=0, caller="fit"):
         """Resolve ``device`` and ``random_state`` once, check the size, draw the hash, zero the counts.
@@ -512,68 +439,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         for key in ("_filters_t", "_device_cache"):
             self.__dict__.pop(key, None)
 
-    def _footprint(self, stage, n_samples, n_features, sizes):
-        """Host and device bytes of ``stage`` for ``n_samples`` rows: the one size estimate.
-
-        ``stage``: ``'fit'`` (projection, counts and filters, then training batches),
-        ``'partial_fit'`` (training batches), ``'predict'`` or ``'novelty'``
-        (batches and the result). Computed from the parameters and shapes only.
-        """
-        m, s, k = sizes
-        device, n_classes = self.device_, len(self.classes_)
-        host = gpu = 0
-        if stage == "fit":
-            host, gpu = flyhash_bytes(device, n_features, m, s, k, projection=True)
-            model = 3 * n_classes * m * 8  # counts_, filters_ and the transposed filters
-            host += 3 * n_classes * m * 8  # float64 counts, gamma ** counts, transposed copy
-            if device == "cuda":
-                gpu += model
-            else:
-                host += model
-        rows = min(int(self.batch_size), int(n_samples))
-        if rows:
-            h, g = flyhash_bytes(device, n_features, m, s, k, n_samples=rows, output="winners")
-            eh, eg = engine(device).work_bytes(rows, n_features, k, n_classes, m)
-            host, gpu = host + h + eh, gpu + g + eg
-            if getattr(self, "encoding", None) is not None:  # a batch's receptors, then their concatenation
-                if device == "cuda":
-                    gpu += 2 * rows * n_features * 8
-                else:
-                    host += 2 * rows * n_features * 8
-            result = {"fit": 4, "partial_fit": 4, "predict": 8, "novelty": 8 * n_classes}[stage] * n_samples
-            if stage in ("fit", "partial_fit"):  # the batch counts' total, then the new counts_
-                result += 2 * n_classes * m * 8
-            host += result  # labels in, or the result out (NumPy in, NumPy out)
-            gpu += result if device == "cuda" else 0
-        return host, gpu
-
     def _check_size(self, stage, n_samples, n_features=None, sizes=None, caller=None):
-        """Refuse ``stage`` on ``n_samples`` rows before allocating when it cannot fit.
-
-        ``n_features`` (the inputs the hash reads: the encoded width) and ``sizes``
-        (m, s, k) default to the fitted ones; the error names ``caller`` (default: the
-        stage) and the sizes involved.
-        """
-        if n_features is None:
-            n_features = self.hasher_.n_features_in_
-            sizes = (self.n_components_, self.hasher_.n_connections_, self.k_)
-        check_footprint(
-            self._footprint(stage, n_samples, n_features, sizes),
-            self.device_,
-            what=(
-                f"{type(self).__name__}.{caller or stage} of {n_samples} samples x "
-                f"{self._inputs_text(n_features)} "
-                f"with n_components={sizes[0]} cells, {len(self.classes_)} classes, "
-                f"batch_size={self.batch_size}"
-            ),
-        )
-
-    def _inputs_text(self, width):
-        """``'64 features'``, or ``'64 features (320 inputs after encoding='population')'``."""
-        d = getattr(self, "n_features_in_", width)
-        if getattr(self, "encoding", None) is None or d == width:
-            return f"{width} features"
-        return f"{d} features ({width} inputs after encoding={self.encoding!r})"
+        """Refuse ``stage`` on ``n_samples`` rows before allocating when it cannot fit
+        (:func:`._flynn_size.check_size`; the sizes default to the fitted ones)."""
+        check_size(self, stage, n_samples, n_features, sizes, caller)
 
     def _progress(self, what, n_samples):
         """The :class:`~sknn_gpu._progress.Progress` of ``what`` over the batches of ``n_samples`` rows."""
@@ -581,56 +450,14 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return Progress(self, f"{type(self).__name__}.{what}", n_batches, self.verbose, unit="batches")
 
     def _batch_winners(self, X, bar=None):
-        """Yield ``(start, winners)`` per batch of ``batch_size`` rows of validated ``X``.
-
-        Each batch goes to ``device_``, is normalised if requested, and hashed by the
-        hasher's engine (int32 (b, k_) winner cells). A sparse batch is hashed as it is
-        without normalisation (FlyHash takes CSR) and made dense first with it
-        (centring fills every entry of a row). ``bar`` (a Progress) advances once the
-        caller is done with a batch; on a GPU the batch's work is waited for first
-        when ``verbose`` asks for reports.
-        """
-        encoding = getattr(self, "encoding", None)
-        normalize = self._normalizes()
-        if encoding is None and not normalize:  # raw inputs are summed in float32: refuse what it cannot hold
-            self.hasher_._check_float32_range(X, hint="rescale X or use normalize=True")
-        precision = getattr(self, "precision", "exact")
-        if precision == "integer" and (normalize or encoding is not None):
-            raise ValueError(
-                "precision='integer' needs encoding=None and normalize=False: an encoding maps the "
-                "features to receptor responses and normalize centres and scales the rows, which are "
-                "then no longer integer-valued."
-            )
-        eng = engine(self.device_)
-        dense_first = (normalize or encoding is not None) and (sp.issparse(X) or is_cupy_sparse(X))
-        bs = int(self.batch_size)
-        for start in range(0, X.shape[0], bs):  # loop over batches, not samples
-            Xb = X[start : start + bs]
-            Xb = to_device(Xb.toarray() if dense_first else Xb, self.device_)
-            if encoding is not None:
-                Xb = self._encode(Xb)
-            if normalize:
-                Xb = eng.row_normalize(Xb)
-            # normalised or encoded rows are not integer-valued (in general), so the GPU need not look
-            integer_input = False if normalize or encoding is not None else None
-            yield start, self.hasher_._winners(Xb, precision=precision, integer_input=integer_input)
-            if bar is not None and self.verbose:
-                synchronize(self.device_)
-                bar.update(rows=Xb.shape[0])
+        """Yield ``(start, winners)`` per batch of ``batch_size`` rows of validated ``X``
+        (:func:`._flynn_batches.batch_winners`)."""
+        return _flynn_batches.batch_winners(self, X, bar)
 
     def _count(self, X, y_idx, bar=None):
-        """Counts (n_classes, m) of the winners of ``X`` per class, summed over batches.
-
-        A new array on ``device_``: the model is not touched, so an error half-way
-        (out of memory, say) leaves it as it was.
-        """
-        labels = to_device(y_idx, self.device_)
-        eng = engine(self.device_)
-        n_classes = len(self.classes_)
-        total = self._xp.zeros((n_classes, self.n_components_), dtype=np.int64)
-        for start, w in self._batch_winners(X, bar):
-            total += eng.count(w, labels[start : start + w.shape[0]], n_classes, self.n_components_)
-        return total
+        """Counts (n_classes, m) of the winners of ``X`` per class, a new array on ``device_``
+        (:func:`._flynn_batches.count`)."""
+        return _flynn_batches.count(self, X, y_idx, bar)
 
     # ------------------------------------------------------------------ #
     # fit / partial_fit                                                    #
@@ -657,7 +484,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """
         self._forget()
         if is_dask_collection(X):
-            return self._fit_dask(X, y, "fit", first=True)
+            return _fly_dask.fit(self, X, y, "fit", first=True)
         X = self._validate_X(X, reset=True)
         y_host = host_labels(y)
         check_classification_targets(y_host)
@@ -703,7 +530,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             check_classification_targets(classes)
         _check_partial_fit_first_call(self, classes)
         if is_dask_collection(X):
-            return self._fit_dask(X, y, "partial_fit", first=first)
+            return _fly_dask.fit(self, X, y, "partial_fit", first=first)
         X = self._validate_X(X, reset=first)
         y_host = host_labels(y)
         check_classification_targets(y_host)
@@ -723,37 +550,6 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             bar.close(samples=X.shape[0])
         except BaseException:
             self._forget()
-            raise
-        return self
-
-    def _fit_dask(self, X, y, what, first):
-        """``fit``/``partial_fit`` of Dask ``X``: counts per block on the workers, summed in a tree.
-
-        The client checks the metadata, gathers the class labels (``fit``) and draws
-        the projection; each worker validates and counts its blocks with the
-        in-memory code (:mod:`._fly_dask`). The model changes only once the summed
-        counts are back; a first call that fails leaves the estimator unfitted.
-        """
-        d = check_dask_X(self, X, what, reset=first)
-        y = _fly_dask.aligned(y, X)
-        try:
-            if what == "fit":
-                classes = _fly_dask.classes(X, y)
-                check_classification_targets(classes)
-                self.classes_ = classes
-            if first:
-                low = high = None
-                if getattr(self, "encoding", None) is not None and isinstance(self.input_range, str):
-                    low, high = _fly_dask.column_range(self, X)  # one reduction over the blocks
-                self._set_input_range(low, high)
-                self._init_model(d, 0, caller=what)
-            bar = Progress(self, f"{type(self).__name__}.{what} (dask)", verbose=self.verbose, unit="blocks")
-            total, n, bar.n = _fly_dask.counts(self, X, y, what)
-            self._set_counts(total if first else self.counts_ + total)
-            bar.close(samples=n, classes=len(self.classes_))
-        except BaseException:
-            if first:
-                self._forget()
             raise
         return self
 
@@ -954,28 +750,13 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             ``dp_epsilon_`` and ``dp_scale_`` (the Laplace scale).
         """
         check_is_fitted(self)
-        if not isinstance(epsilon, (int, float, np.floating, np.integer)) or isinstance(epsilon, bool):
-            raise TypeError(f"epsilon must be a positive number, got {epsilon!r}.")
-        if not np.isfinite(epsilon) or epsilon <= 0:
-            raise ValueError(f"epsilon must be a finite number > 0, got {epsilon!r}.")
-        if (
-            not isinstance(n_released, (Integral, np.integer))
-            or isinstance(n_released, bool)
-            or not 1 <= n_released <= self.n_components_
-        ):
-            raise ValueError(
-                f"n_released must be an integer in [1, n_components_={self.n_components_}], "
-                f"got {n_released!r}."
-            )
-        rng = check_random_state(random_state)
-        counts = to_host(self.counts_)
-        released, noisy = _dp_release(counts, epsilon, n_released, rng)
-        private = np.zeros(counts.shape, dtype=np.float64)
-        np.put_along_axis(private, released, np.maximum(noisy, 0.0), axis=1)
+        private, released, scale = private_counts(
+            self.counts_, epsilon, n_released, self.n_components_, random_state
+        )
         out = copy.deepcopy(self)
         out.__dict__.pop("_device_cache", None)
         out._set_counts(to_device(private, self.device_))
         out.dp_released_ = released
         out.dp_epsilon_ = float(epsilon)
-        out.dp_scale_ = 2.0 * int(n_released) / float(epsilon)
+        out.dp_scale_ = scale
         return out

@@ -1,0 +1,98 @@
+"""FlyNN's batch pipeline: from validated rows to Kenyon-cell winners and class counts.
+
+:func:`batch_winners` takes ``batch_size`` rows at a time to the estimator's device,
+makes a sparse batch dense where an encoding or the normalisation needs it, encodes it
+over the fitted input range (:func:`encode_batch`, :func:`range_arrays`), centres and
+scales the rows (``normalize``) and hashes them with the fitted FlyHash;
+:func:`count` sums the winners per class. They read the estimator's parameters and
+fitted state (``est``) and change nothing but its cache of device arrays.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import scipy.sparse as sp
+
+from .._backend import array_module, is_cupy_sparse, synchronize, to_device
+from . import _encoding, _flynn_cuda
+from ._flynn_engine import engine
+
+__all__ = ["range_arrays", "encode_batch", "batch_winners", "count"]
+
+
+def range_arrays(est, Xb):
+    """``(low, span)`` of :func:`._encoding.encode` (float64, on ``Xb``'s device; cached on
+    ``est``), or ``(None, None)`` when every feature's range is [0, 1]."""
+
+    def build(low):
+        return _encoding.range_arrays(low, est.input_high_, array_module(Xb))
+
+    return est._derived(("_input_range", est.device_), est.input_low_, build)
+
+
+def encode_batch(est, Xb):
+    """The encoded dense device batch ``Xb``: scaled to the input range, checked or clipped."""
+    low, span = range_arrays(est, Xb)
+    fitted = isinstance(est.input_range, str)
+    if not fitted:  # values outside a fixed range are refused (one pass on a [0, 1] range)
+        _encoding.check_in_range(Xb, est.input_low_, est.input_high_, est.encoding, est.input_range)
+    # a fixed range is clipped too: only the rounding of (x - low) / span can pass 1 there,
+    # and clipping it keeps the bits of a fit over the same range under 'fit' (federated merges)
+    clip = fitted or low is not None
+    if est.device_ == "cuda" and not est._normalizes():  # one kernel, straight to float32
+        return _flynn_cuda.encode(Xb, est.encoding, low, span, clip=clip)
+    return _encoding.encode(Xb, est.encoding, low, span, clip=clip)
+
+
+def batch_winners(est, X, bar=None):
+    """Yield ``(start, winners)`` per batch of ``batch_size`` rows of validated ``X``.
+
+    Each batch goes to ``device_``, is normalised if requested, and hashed by the
+    hasher's engine (int32 (b, k_) winner cells). A sparse batch is hashed as it is
+    without normalisation (FlyHash takes CSR) and made dense first with it
+    (centring fills every entry of a row). ``bar`` (a Progress) advances once the
+    caller is done with a batch; on a GPU the batch's work is waited for first
+    when ``verbose`` asks for reports.
+    """
+    encoding = getattr(est, "encoding", None)
+    normalize = est._normalizes()
+    if encoding is None and not normalize:  # raw inputs are summed in float32: refuse what it cannot hold
+        est.hasher_._check_float32_range(X, hint="rescale X or use normalize=True")
+    precision = getattr(est, "precision", "exact")
+    if precision == "integer" and (normalize or encoding is not None):
+        raise ValueError(
+            "precision='integer' needs encoding=None and normalize=False: an encoding maps the "
+            "features to receptor responses and normalize centres and scales the rows, which are "
+            "then no longer integer-valued."
+        )
+    eng = engine(est.device_)
+    dense_first = (normalize or encoding is not None) and (sp.issparse(X) or is_cupy_sparse(X))
+    bs = int(est.batch_size)
+    for start in range(0, X.shape[0], bs):  # loop over batches, not samples
+        Xb = X[start : start + bs]
+        Xb = to_device(Xb.toarray() if dense_first else Xb, est.device_)
+        if encoding is not None:
+            Xb = est._encode(Xb)
+        if normalize:
+            Xb = eng.row_normalize(Xb)
+        # normalised or encoded rows are not integer-valued (in general), so the GPU need not look
+        integer_input = False if normalize or encoding is not None else None
+        yield start, est.hasher_._winners(Xb, precision=precision, integer_input=integer_input)
+        if bar is not None and est.verbose:
+            synchronize(est.device_)
+            bar.update(rows=Xb.shape[0])
+
+
+def count(est, X, y_idx, bar=None):
+    """Counts (n_classes, m) of the winners of ``X`` per class, summed over batches.
+
+    A new array on ``device_``: the model is not touched, so an error half-way
+    (out of memory, say) leaves it as it was.
+    """
+    labels = to_device(y_idx, est.device_)
+    eng = engine(est.device_)
+    n_classes = len(est.classes_)
+    total = est._xp.zeros((n_classes, est.n_components_), dtype=np.int64)
+    for start, w in est._batch_winners(X, bar):
+        total += eng.count(w, labels[start : start + w.shape[0]], n_classes, est.n_components_)
+    return total
