@@ -32,6 +32,13 @@ unit sums the same number of inputs) and scaled by a power of two that bounds it
 activations below float16's largest value, and the product writes them in float16
 (half the bytes to write and to select from; that rounding, and the inputs', is the
 precision ``'fast'`` gives up).
+
+Size: this module stays whole (a little over 800 lines) because it is one engine
+behind one interface: :func:`words` picks the path per batch and the paths hand rows
+to one another (the band path gives the rows it cannot settle to the fused kernel,
+whose leftovers the materialised fallback finishes), they share the launch
+configuration and the packed-word outputs, and the GPU tests set their tuning
+constants (``BAND_*``, ``_window_cap``) on this one module.
 """
 
 from __future__ import annotations
