@@ -8,6 +8,12 @@ Every estimator's ``verbose`` parameter (int) goes through here:
   ``sknn_gpu.neural_network``), and a progress bar for long loops when stderr is a
   terminal (tqdm when it is installed — it is optional — else a plain ``\\r`` line).
 * ``verbose>=2``: one INFO line per step (epoch, sweep, batch) as well.
+* A loop that passes ``log_every`` (seconds) also logs, at ``verbose=1`` when there is
+  no progress bar (stderr is not a terminal: a log file, a pipe, a batch job), one INFO
+  line at most that often, so a long call shows how far it got.
+
+Every record carries ``record.sknn_gpu_progress``: ``"step"`` for a step line and
+``"summary"`` for the closing summary, so a handler or filter can tell them apart.
 
 The messages go through :mod:`logging`, so applications route them as they like. When
 nothing is configured (no handler on the ``sknn_gpu`` logger or the root logger), a
@@ -24,6 +30,9 @@ import time
 __all__ = ["family_logger", "Progress"]
 
 _ROOT_NAME = "sknn_gpu"
+#: ``extra`` of the step and summary records (``record.sknn_gpu_progress``).
+_STEP = {"sknn_gpu_progress": "step"}
+_SUMMARY = {"sknn_gpu_progress": "summary"}
 
 
 def family_logger(obj) -> logging.Logger:
@@ -72,6 +81,9 @@ class Progress:
         The estimator's ``verbose``; 0 makes every method a no-op.
     unit : str
         Name of one step for the bar.
+    log_every : float or None, default=None
+        Off a terminal at ``verbose=1`` (no bar): log a step line when at least this many
+        seconds passed since the start or the last such line. None: the summary only.
 
     Examples
     --------
@@ -83,14 +95,15 @@ class Progress:
     3
     """
 
-    def __init__(self, owner, desc, total=None, verbose=0, unit="it"):
+    def __init__(self, owner, desc, total=None, verbose=0, unit="it", log_every=None):
         self.verbose = int(verbose or 0)
         self.desc, self.total, self.unit = desc, total, unit
+        self.log_every = log_every
         self.logger = family_logger(owner)
         self.n = 0
         self._bar = None
         self._plain = False
-        self._t0 = time.perf_counter()
+        self._t0 = self._logged = time.perf_counter()
         if self.verbose <= 0:
             return
         _ensure_handler()
@@ -108,17 +121,32 @@ class Progress:
         if self.verbose <= 0:
             return
         text = ", ".join(f"{k}={v:.6g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items())
+        of = f"/{self.total}" if self.total else ""
         if self._bar is not None:
             self._bar.update(n)
             if info:
                 self._bar.set_postfix_str(text, refresh=False)
         elif self._plain:
-            of = f"/{self.total}" if self.total else ""
             sys.stderr.write(f"\r{self.desc}: {self.n}{of} {self.unit} {text}   ")
             sys.stderr.flush()
         if self.verbose >= 2:
-            of = f"/{self.total}" if self.total else ""
-            self.logger.info("%s %d%s%s", self.desc, self.n, of, f": {text}" if text else "")
+            self.logger.info("%s %d%s%s", self.desc, self.n, of, f": {text}" if text else "", extra=_STEP)
+        elif self.log_every is not None and self._bar is None and not self._plain:
+            now = time.perf_counter()
+            if now - self._logged >= self.log_every:
+                self._logged = now
+                unit = f" {self.unit}" if self.unit else ""
+                after = f" after {now - self._t0:.1f} s"
+                self.logger.info(
+                    "%s %d%s%s%s%s",
+                    self.desc,
+                    self.n,
+                    of,
+                    unit,
+                    after,
+                    f": {text}" if text else "",
+                    extra=_STEP,
+                )
 
     def close(self, **summary):
         """End the loop; at ``verbose>=1`` log one summary line with the elapsed time."""
@@ -130,7 +158,13 @@ class Progress:
             sys.stderr.write("\n")
         text = "".join(f", {k}={v:.6g}" if isinstance(v, float) else f", {k}={v}" for k, v in summary.items())
         self.logger.info(
-            "%s: %d %s in %.3f s%s", self.desc, self.n, self.unit, time.perf_counter() - self._t0, text
+            "%s: %d %s in %.3f s%s",
+            self.desc,
+            self.n,
+            self.unit,
+            time.perf_counter() - self._t0,
+            text,
+            extra=_SUMMARY,
         )
 
     def __enter__(self):

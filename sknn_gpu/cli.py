@@ -233,28 +233,30 @@ def _to_uint8(out, levels):
     return ((k * 510 + (levels - 1)) // (2 * (levels - 1))).astype(np.uint8)
 
 
-def _stderr_is_terminal():
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
+class _NoSummary(logging.Filter):
+    """Drops the closing summary record of a progress report (``sknn_gpu._progress``)."""
+
+    def filter(self, record):
+        return getattr(record, "sknn_gpu_progress", None) != "summary"
 
 
 @contextlib.contextmanager
 def _progress_without_summary():
-    """Show the halftoner's progress bar but not its INFO summary line.
+    """Show the halftoner's progress but not its INFO summary line.
 
-    The bar comes from the house mechanism (:mod:`sknn_gpu._progress`, through the
-    estimator's ``verbose``); its closing summary would repeat the result line this
-    command prints on stdout, so the family logger is held at WARNING meanwhile.
+    The progress comes from the house mechanism (:mod:`sknn_gpu._progress`, through the
+    estimator's ``verbose=1``): a bar when stderr is a terminal, else a log line on
+    stderr every ``PROGRESS_LOG_SECONDS`` of a long call (a short one prints nothing). The
+    closing summary would repeat the result line this command prints on stdout, so it is
+    filtered out of the family logger meanwhile.
     """
     logger = logging.getLogger("sknn_gpu.halftone")
-    level = logger.level
-    logger.setLevel(logging.WARNING)
+    no_summary = _NoSummary()
+    logger.addFilter(no_summary)
     try:
         yield
     finally:
-        logger.setLevel(level)
+        logger.removeFilter(no_summary)
 
 
 def _save(Image, arr, mode, path, fmt):
@@ -283,6 +285,8 @@ def _save(Image, arr, mode, path, fmt):
 
 def _cmd_halftone(args):
     """Halftone an image file with DTCNNHalftoner and write the result."""
+    from sklearn.exceptions import ConvergenceWarning
+
     from ._backend import resolve_device
     from .halftone import DTCNNHalftoner
     from .halftone._templates import default_radius
@@ -316,17 +320,24 @@ def _cmd_halftone(args):
             first_sweep_spacing=args.first_sweep_spacing,
             class_spacing=args.class_spacing,
             channel_axis=None if channels == 1 else -1,
-            # progress (sweeps of a grey image, channels of a colour one) on a terminal only
-            verbose=1 if _stderr_is_terminal() else 0,
+            # progress (sweeps of a grey image, channels of a colour one): a bar on a terminal,
+            # else a log line every few seconds of a long call (see _progress_without_summary)
+            verbose=1,
             device=device,
         )
         decoded = 2 * h * w * channels * max(4, dtype().itemsize)  # Pillow's buffer and our array
         ht._check_size(shape, dtype, device, extra_host_bytes=decoded)
         img = _read_pixels(im, src)
     t0 = time.perf_counter()
-    with _progress_without_summary():
+    with _progress_without_summary(), warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ConvergenceWarning)
         out = ht.fit_transform(img)
     seconds = time.perf_counter() - t0
+    for w in caught:  # one line each (the result line below says "stopped at max_iter" too)
+        if issubclass(w.category, ConvergenceWarning):
+            print(f"{_prog()}: warning: {_one_line(w.message)}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     out8 = _to_uint8(out, args.levels)
     from .metrics import hvs_psnr
 

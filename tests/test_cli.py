@@ -3,6 +3,7 @@
 import errno
 import io
 import os
+import re
 import struct
 import subprocess
 import sys
@@ -318,7 +319,8 @@ class _Terminal(io.StringIO):
 
 @pytest.mark.parametrize("tty", [True, False])
 def test_progress_is_shown_on_a_terminal_only(tty, png, tmp_path, monkeypatch, caplog):
-    """The bar is the house one (sknn_gpu._progress through verbose): sweeps of a grey image."""
+    """The bar is the house one (sknn_gpu._progress through verbose): sweeps of a grey image.
+    Off a terminal a short call prints nothing (long ones log a line every few seconds)."""
     import logging
 
     seen = []
@@ -339,7 +341,7 @@ def test_progress_is_shown_on_a_terminal_only(tty, png, tmp_path, monkeypatch, c
     # no summary line on stderr: the result line on stdout says it all
     assert not [r for r in caplog.records if r.name == "sknn_gpu.halftone"]
     text = term.getvalue()
-    assert seen == [1 if tty else 0]
+    assert seen == [1]
     if tty:
         expected = DTCNNHalftoner(device="cpu").fit(np.asarray(Image.open(png))).n_iter_
         assert f"\rDTCNNHalftoner.fit_transform: {expected}/30 sweeps" in text
@@ -399,3 +401,46 @@ def test_process_exit_statuses_and_stderr(png, tmp_path):
     assert usage.returncode == 2 and len(usage.stderr.strip().splitlines()) == 1
     ok = proc("halftone", png, tmp_path / "o.png", "--device", "cpu")
     assert ok.returncode == 0 and ok.stderr == "" and (tmp_path / "o.png").is_file()
+
+
+# ------------------------------------------------------------------ progress off a terminal
+def test_progress_off_a_terminal_goes_to_the_log_at_a_bounded_rate(png, tmp_path, monkeypatch, caplog):
+    """Off a terminal (a batch job, a pipe) a long call logs a progress line at most every
+    PROGRESS_LOG_SECONDS; here the interval is 0, so every sweep is logged. The closing
+    summary is still held back (the result line on stdout says it all)."""
+    import logging
+
+    import sknn_gpu.halftone._dtcnn as dtcnn_module
+
+    monkeypatch.setattr(dtcnn_module, "PROGRESS_LOG_SECONDS", 0.0)
+    term = _Terminal(False)
+    monkeypatch.setattr(sys, "stderr", term)
+    with caplog.at_level(logging.INFO, logger="sknn_gpu"):
+        assert cli.main(["halftone", str(png), str(tmp_path / "o.png"), "--device", "cpu"]) == 0
+    lines = [r.getMessage() for r in caplog.records if r.name == "sknn_gpu.halftone"]
+    n = DTCNNHalftoner(device="cpu").fit(np.asarray(Image.open(png))).n_iter_
+    assert len(lines) == n, lines
+    for k, line in enumerate(lines, 1):
+        assert re.fullmatch(rf"DTCNNHalftoner\.fit_transform {k}/30 sweeps after [\d.]+ s", line), line
+    assert "\r" not in term.getvalue()  # no bar off a terminal
+
+
+def test_max_iter_reached_is_a_one_line_warning(png, tmp_path, capsys):
+    status, out, err = run(
+        ["halftone", png, tmp_path / "o.png", "--device", "cpu", "--max-iter", "2"], capsys
+    )
+    assert status == 0 and "stopped at max_iter=2" in out
+    assert err.count("\n") == 1 and re.fullmatch(
+        r"sknn-gpu: warning: DTCNNHalftoner\.fit_transform: 1 of 1 image did not reach a fixed point "
+        r"within max_iter=2 sweeps .*\n",
+        err,
+    ), err
+
+
+def test_huge_max_iter_is_cheap(png, tmp_path, capsys):
+    """--max-iter 1e9 took 76 s and 16 GB (counters sized by max_iter); a converging run
+    costs what it costs at the default."""
+    status, out, _ = run(
+        ["halftone", png, tmp_path / "o.png", "--device", "cpu", "--max-iter", "1000000000"], capsys
+    )
+    assert status == 0 and "(converged)" in out

@@ -938,3 +938,217 @@ def test_row_blocks_switch_to_batch_blocks_only_for_large_groups(monkeypatch):
     assert dtc._defines(4, 2, (64, 512, 512))["RMINB"] == dtc._ROWS_BATCH_BLOCKS_PER_SM
     assert dtc._defines(4, 2, (1, 512, 512))["RMINB"] == 1
     assert dtc._defines(4, 2, (1, 512, 512))["CPT"] == 2
+
+
+# ------------------------------------------------------------------------ long runs, cycles, layouts
+#: A symmetric custom template with a negative centre: the energy can rise, and cells
+#: whose input lies near mid-grey flip every sweep (an asynchronous cycle); cells far
+#: from mid-grey settle.
+CYCLING = dict(
+    template="custom",
+    A=np.array([[0.0, 0.1, 0.0], [0.1, -0.6, 0.1], [0.0, 0.1, 0.0]]),
+    B=np.array([[0.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 0.0]]),
+    first_sweep_spacing=None,
+)
+
+
+def _host_peak(fn):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = fn()
+        return tracemalloc.get_traced_memory()[1], result
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_does_not_grow_with_max_iter(device, rng, monkeypatch):
+    """max_iter=3e9 on a 40 x 50 image used to ask for 22 GiB (per-sweep counters sized by
+    max_iter); the counters now take one block of sweeps at a time."""
+    import sknn_gpu.halftone._dtcnn as dtcnn_module
+
+    counters = []
+    real = dtc._counters
+    monkeypatch.setattr(dtc, "_counters", lambda n, k, xp: counters.append(k) or real(n, k, xp))
+    img = smooth_image(rng, (40, 50))
+    peaks, outs = [], []
+    for max_iter in (30, 10**7):
+        ht = DTCNNHalftoner(device=device, max_iter=max_iter)
+        peak, out = _host_peak(lambda ht=ht: ht.fit_transform(img))
+        peaks.append(peak)
+        outs.append((out, ht.n_iter_, ht.converged_, ht.flips_, ht.energy_))
+        peak, again = _host_peak(lambda ht=ht: ht.transform(img))
+        peaks.append(peak)
+        np.testing.assert_array_equal(again, out)
+    assert max(peaks[2:]) < max(peaks[:2]) + 2**20, peaks  # not 160 MB of counters
+    assert outs[1][2] and outs[1][1] == outs[0][1]
+    for a, b in zip(outs[0], outs[1]):
+        np.testing.assert_array_equal(a, b)
+    if device == "cuda":
+        assert max(counters) <= dtcnn_module.SWEEP_BLOCK
+
+
+def test_async_cycle_is_detected_and_stops_the_run(device):
+    """With a negative self-feedback the asynchronous network can cycle; the cycle is found
+    by comparing states (Brent's method, one saved state per image) and stops the image."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    import sknn_gpu.halftone._dtcnn as dtcnn_module
+
+    block = getattr(dtcnn_module, "SWEEP_BLOCK", 64)
+    y, x = np.mgrid[0:24, 0:28]
+    grey = 0.5 + 0.1 * np.sin(x / 3.0) * np.cos(y / 4.0)  # near mid-grey: cells keep flipping
+    dark = np.full((24, 28), 0.05)  # far from mid-grey: a fixed point
+    batch = np.stack([dark, grey])
+    with pytest.warns(ConvergenceWarning, match=r"DTCNNHalftoner\.fit: 1 of 2 images fell into a cycle"):
+        ht = DTCNNHalftoner(device=device, max_iter=5000, **CYCLING).fit(batch)
+    assert ht.cycle_detected_ and not ht.converged_
+    n_dark, n_grey = ht.n_iter_per_image_
+    assert n_dark < block and n_grey % block == 0 and n_grey <= 3 * block  # checked once a block
+    out = ht.transform(batch)
+    # images are independent: the same halftones one by one, and with a huge max_iter
+    for i in range(2):
+        np.testing.assert_array_equal(ht.transform(batch[i]), out[i])
+    with pytest.warns(ConvergenceWarning, match="cycle"):
+        huge = DTCNNHalftoner(device=device, max_iter=10**9, **CYCLING).fit(batch)
+    np.testing.assert_array_equal(huge.n_iter_per_image_, ht.n_iter_per_image_)
+    np.testing.assert_array_equal(huge.transform(batch), out)
+
+
+def test_async_warns_once_per_call_when_max_iter_stops_it(device, rng):
+    from sklearn.exceptions import ConvergenceWarning
+
+    img = smooth_image(rng, (30, 34))
+    batch = np.stack([img, img[::-1]])
+    with pytest.warns(ConvergenceWarning) as record:
+        ht = DTCNNHalftoner(device=device, max_iter=2).fit(batch)
+    msgs = [str(w.message) for w in record if issubclass(w.category, ConvergenceWarning)]
+    assert len(msgs) == 1
+    assert re.match(
+        r"DTCNNHalftoner\.fit: 2 of 2 images did not reach a fixed point within max_iter=2 sweeps "
+        r"\(\d+ cells changed in the last sweep\)",
+        msgs[0],
+    ), msgs[0]
+    assert not ht.converged_
+    with pytest.warns(ConvergenceWarning) as record:
+        ht.transform(img)
+    assert [str(w.message) for w in record][0].startswith("DTCNNHalftoner.transform: 1 of 1 image did not")
+    assert len(record) == 1
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ConvergenceWarning)
+        DTCNNHalftoner(device=device, max_iter=60).fit(img).transform(img)  # converges: no warning
+
+
+def test_sample_matrix_of_flattened_images_needs_image_shape(device, rng):
+    """A 2-D array is one image; rows of flattened images are read as images only when
+    image_shape says their size, and an input that contradicts the fitted or declared
+    layout is refused with its shape and what was expected."""
+    batch = np.stack([smooth_image(rng, (8, 10)) for _ in range(6)])
+    flat = batch.reshape(6, 80)
+    ref = DTCNNHalftoner(device=device).fit_transform(batch)
+    ht = DTCNNHalftoner(device=device, image_shape=(8, 10))
+    out = ht.fit_transform(flat)
+    assert out.shape == (6, 80) and ht.image_shape_ == (8, 10)
+    np.testing.assert_array_equal(out.reshape(6, 8, 10), ref)
+    np.testing.assert_array_equal(ht.transform(flat[2:4]), out[2:4])
+    with pytest.raises(ValueError, match=r"shape \(6, 81\).*image_shape=\(8, 10\).*\(n_samples, 80\)"):
+        ht.transform(np.full((6, 81), 0.5))
+    with pytest.raises(ValueError, match=r"shape \(6, 8, 10\).*image_shape=\(8, 10\).*\(n_samples, 80\)"):
+        ht.transform(batch)
+    with pytest.raises(ValueError, match=r"image_shape.*two positive"):
+        DTCNNHalftoner(device=device, image_shape=(8, 0)).fit(flat)
+    # fitted on 8 x 10 images, a 2-D array of 80 columns is their flattened layout, not an image
+    fitted = DTCNNHalftoner(device=device).fit(batch)
+    assert fitted.image_shape_ == (8, 10)
+    with pytest.raises(ValueError, match=r"shape \(6, 80\) would be halftoned as one 6 x 80 image.*8 x 10"):
+        fitted.transform(flat)
+    np.testing.assert_array_equal(
+        fitted.transform(flat[None])[0], DTCNNHalftoner(device=device).fit_transform(flat)
+    )
+    assert fitted.transform(smooth_image(rng, (12, 30))).shape == (12, 30)  # other 2-D images: one image
+
+
+def test_list_of_differently_sized_images_is_a_clear_error(rng):
+    a, b = smooth_image(rng, (20, 24)), smooth_image(rng, (16, 16))
+    ht = DTCNNHalftoner(device="cpu")
+    with pytest.raises(
+        ValueError, match=r"2 images of different sizes: \(20, 24\), \(16, 16\).*one call each"
+    ):
+        ht.fit([a, b])
+    ht.fit(a)
+    with pytest.raises(ValueError, match=r"3 images of different sizes: \(20, 24\), \(16, 16\), \(20, 24\)"):
+        ht.transform([a, b, a])
+    out = ht.transform([a, a[::-1]])  # same size: a batch
+    assert out.shape == (2, 20, 24)
+
+
+def test_parameters_set_after_fit_are_validated(rng):
+    img = smooth_image(rng, (16, 18))
+    ht = DTCNNHalftoner(device="cpu").fit(img)
+    ht.set_params(levels=1)
+    with pytest.raises(ValueError, match="levels"):
+        ht.transform(img)
+    ht.set_params(levels=2, max_iter=0)
+    with pytest.raises(ValueError, match="max_iter"):
+        ht.transform(img)
+
+
+def test_dask_rows_of_flattened_images(rng):
+    da = pytest.importorskip("dask.array")
+    batch = np.stack([smooth_image(rng, (8, 10)) for _ in range(6)])
+    flat = batch.reshape(6, 80)
+    ht = DTCNNHalftoner(device="cpu", image_shape=(8, 10)).fit(flat)
+    lazy = ht.transform(da.from_array(flat, chunks=(2, 80)))
+    np.testing.assert_array_equal(lazy.compute(scheduler="synchronous"), ht.transform(flat))
+    with pytest.raises(ValueError, match=r"chunked along its columns.*rechunk"):
+        ht.transform(da.from_array(flat, chunks=(2, 40)))
+    fitted = DTCNNHalftoner(device="cpu").fit(batch)
+    with pytest.raises(ValueError, match=r"image_shape=\(8, 10\)"):
+        fitted.transform(da.from_array(flat, chunks=(6, 80)))
+
+
+def test_blocks_of_sweeps_change_no_bit_of_a_converging_run(device, rng, monkeypatch):
+    """Long runs sweep in blocks of SWEEP_BLOCK (the state checked between blocks); for an
+    image that converges, where the blocks end changes nothing."""
+    import sknn_gpu.halftone._dtcnn as dtcnn_module
+
+    batch = np.stack([smooth_image(rng, (30, 36)) for _ in range(3)])
+    params = dict(device=device, max_iter=dtcnn_module.SWEEP_BLOCK + 1, levels=3, init="bayer")
+    ref = DTCNNHalftoner(**params).fit(batch)
+    monkeypatch.setattr(dtcnn_module, "SWEEP_BLOCK", 2)
+    short = DTCNNHalftoner(**params).fit(batch)
+    assert short.converged_ and not short.cycle_detected_
+    np.testing.assert_array_equal(short.transform(batch), ref.transform(batch))
+    for name in ("flips_", "energy_", "n_iter_per_image_"):
+        np.testing.assert_array_equal(getattr(short, name), getattr(ref, name), err_msg=name)
+
+
+@pytest.mark.cuda
+@pytest.mark.filterwarnings("ignore::sklearn.exceptions.ConvergenceWarning")
+@pytest.mark.parametrize("verbose", [0, 1])
+def test_gpu_long_runs_and_cycles_are_bit_identical(verbose, rng, monkeypatch):
+    """Blocks of sweeps, sub-stacks of the images still moving and the cycle checks give the
+    CPU's bits (verbose on one image: the GPU's per-sweep launches inside the blocks)."""
+    import sknn_gpu.halftone._dtcnn as dtcnn_module
+
+    monkeypatch.setattr(dtcnn_module, "SWEEP_BLOCK", 8)
+    y, x = np.mgrid[0:40, 0:52]
+    grey = 0.5 + 0.1 * np.sin(x / 3.0) * np.cos(y / 4.0)
+    batch = np.stack([np.full((40, 52), 0.05), grey, smooth_image(rng, (40, 52))])
+    if verbose:
+        batch = batch[1:2]
+    for params in (
+        dict(max_iter=200, **CYCLING),
+        dict(max_iter=200, **{**CYCLING, "levels": 3}),
+        dict(max_iter=100),
+        dict(max_iter=100, levels=3, first_sweep_spacing=9, init="random", random_state=1),
+    ):
+        cpu = DTCNNHalftoner(device="cpu", verbose=verbose, **params).fit(batch)
+        gpu = DTCNNHalftoner(device="cuda", verbose=verbose, **params).fit(batch)
+        np.testing.assert_array_equal(cpu.transform(batch), gpu.transform(batch))
+        for name in ("flips_", "energy_", "n_iter_per_image_"):
+            np.testing.assert_array_equal(getattr(cpu, name), getattr(gpu, name), err_msg=name)
+        assert cpu.cycle_detected_ == gpu.cycle_detected_

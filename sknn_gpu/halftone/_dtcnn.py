@@ -31,10 +31,17 @@ from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import SMALL_WORK_BYTES, InsufficientMemoryError, array_module, check_memory, is_device_array
+from .._backend import (
+    SMALL_WORK_BYTES,
+    InsufficientMemoryError,
+    array_module,
+    check_memory,
+    is_device_array,
+    to_host,
+)
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
-from ..base import DeviceMixin
+from ..base import DeviceMixin, validates_params
 from . import _dtcnn_cpu
 from ._images import (
     check_image_array,
@@ -55,6 +62,16 @@ FIRST_SWEEP_SPACING = 30
 #: many pixels (at least one image), one call and one progress report each. Silent calls
 #: hand the engine the whole batch at once.
 PROGRESS_PIXELS = 1 << 20
+#: Off a terminal (no progress bar), ``verbose=1`` logs a progress line at most this often
+#: (seconds), so a long call shows it is alive in a log file; shorter calls log only
+#: their summary line.
+PROGRESS_LOG_SECONDS = 5.0
+#: 'async' runs of more than this many sweeps go in blocks of this many: the per-sweep
+#: counters (host and GPU) are sized by the block, never by ``max_iter``, and after each
+#: block the state of every image still moving is compared with a saved state (Brent's
+#: cycle detection: one saved state per image), so an image caught in a cycle stops.
+#: The blocks end at the same sweeps on both devices, which keeps them bit-identical.
+SWEEP_BLOCK = 64
 
 
 def bayer_matrix(n: int = 8) -> NDArray[np.int64]:
@@ -136,6 +153,109 @@ def _out_of_memory(exc, what, device, g, n, shape):
     )
 
 
+class _Trace:
+    """Outcome per image and totals per sweep of a run, in memory that grows with the
+    sweeps actually run (never with ``max_iter``).
+
+    ``n_iter``, ``converged`` and ``cycle`` are per image of the stack; ``flips`` and
+    ``de2`` per sweep, summed over the images (what the fitted attributes report);
+    ``e0`` is the summed ``2 E`` of the initial states.
+    """
+
+    def __init__(self, n, max_iter):
+        self.n_iter = np.full(n, max_iter, dtype=np.int64)
+        self.converged = np.zeros(n, dtype=bool)
+        self.cycle = np.zeros(n, dtype=bool)
+        self._flips = np.zeros(min(max_iter, SWEEP_BLOCK), dtype=np.int64)
+        self._de2 = np.zeros_like(self._flips)
+        self.steps = 0
+        self.e0 = 0
+
+    def add(self, images, start, flips, de2):
+        """Counters ``(len(images), k)`` of sweeps ``start .. start + k`` of ``images`` (stack
+        indices); returns the mask of the images that reached a fixed point."""
+        k = flips.shape[1]
+        end = start + k
+        if end > self._flips.size:  # grow by doubling: amortised O(1) per sweep
+            size = max(end, 2 * self._flips.size)
+            self._flips = np.concatenate([self._flips, np.zeros(size - self._flips.size, np.int64)])
+            self._de2 = np.concatenate([self._de2, np.zeros(size - self._de2.size, np.int64)])
+        self._flips[start:end] += flips.sum(axis=0)
+        self._de2[start:end] += de2.sum(axis=0)
+        self.steps = max(self.steps, end)
+        still = flips == 0
+        fixed = still.any(axis=1)
+        self.n_iter[images[fixed]] = start + still[fixed].argmax(axis=1) + 1
+        self.converged[images[fixed]] = True
+        return fixed
+
+    @property
+    def flips(self):
+        return self._flips[: self.steps]
+
+    @property
+    def de2(self):
+        return self._de2[: self.steps]
+
+
+def _run_long(engine, stk, args, max_iter, progress, want_energy, trace, offset):
+    """'async' sweeps of a stack in blocks of :data:`SWEEP_BLOCK`, with cycle detection.
+
+    After each block, the images that reached a fixed point leave the run; the state of
+    every other image is compared with its saved state (Brent's method: the state is
+    saved after blocks 1, 2, 4, 8, ... of the run), and an image whose state repeats is
+    in a cycle: it is reported (``trace.cycle``) and leaves the run as it is. A state
+    equal to one some sweeps earlier proves a cycle (every sweep after the first applies
+    the same map), and Brent's method finds every cycle within a few of its periods,
+    with one saved state per image. The images still running are swept as a sub-stack
+    (every image is halftoned on its own, so this changes no bit).
+
+    ``args`` are ``(tm, m, boundary, thr, first_spacing, spacing, out_dtype)``; the
+    results go into ``trace`` (stack indices shifted by ``offset``); returns the output.
+    """
+    tm, m, boundary, thr, first_spacing, spacing, out_dtype = args
+    net = engine.prepare(stk, tm, m, boundary, thr)
+    if want_energy:
+        trace.e0 += int(np.sum(engine.energy2(net, net.Z)))
+    xp = array_module(net.Z)
+    n = stk.shape[0]
+    active = np.arange(n)
+    saved, power, lam = None, 1, 0
+    done = 0
+    while done < max_iter and active.size:
+        k = min(SWEEP_BLOCK, max_iter - done)
+        if active.size == n:
+            sub = net
+        else:
+            idx = xp.asarray(active)
+            sub = net._replace(Z=net.Z[idx], Zu=net.Zu[idx], b=net.b[idx])
+        flips, de2 = engine.sweep_block(sub, k, first_spacing if done == 0 else None, spacing, progress)
+        if sub is not net:
+            net.Z[idx] = sub.Z
+        fixed = trace.add(active + offset, done, flips, de2)
+        done += k
+        moving = ~fixed
+        Z = sub.Z[xp.asarray(moving)] if fixed.any() else sub.Z
+        if saved is not None and fixed.any():
+            saved = saved[xp.asarray(moving)]
+        active = active[moving]
+        if not active.size:
+            break
+        if saved is None:
+            saved = Z.copy()
+            continue
+        lam += 1
+        same = np.asarray(to_host(xp.all((Z == saved).reshape(active.size, -1), axis=1)), dtype=bool)
+        if same.any():
+            trace.cycle[active[same] + offset] = True
+            trace.n_iter[active[same] + offset] = done
+            keep = ~same
+            active, Z, saved = active[keep], Z[xp.asarray(keep)], saved[xp.asarray(keep)]
+        if lam == power:
+            saved, power, lam = Z.copy(), 2 * power, 0
+    return engine.output(net, out_dtype)
+
+
 def _run(
     stk,
     engine,
@@ -157,9 +277,11 @@ def _run(
     """Halftone a stack (n, H, W) with ``engine``; returns the output levels and diagnostics.
 
     The output (in ``out_dtype``) stays on the engine's device; the diagnostics are
-    host arrays: ``flips``, ``converged``, ``n_iter``, ``cycle``, ``back`` ('sync'
-    only: cells that differ from two sweeps back) and, with ``want_energy``,
-    ``energy2`` (exact ``2 E`` per image after each sweep).
+    host arrays: per image ``converged``, ``cycle`` and ``n_iter``; per sweep, summed
+    over the images, ``flips``, ``back`` ('sync' only: cells that differ from two
+    sweeps back) and, with ``want_energy``, ``energy2`` (exact ``2 E`` after each
+    sweep). Their memory follows the sweeps run, never ``max_iter``: 'async' runs
+    longer than :data:`SWEEP_BLOCK` sweeps go block by block (:func:`_run_long`).
 
     ``bar`` (a :class:`~sknn_gpu._progress.Progress`, or None when silent) advances
     per sweep ('sync', and 'async' on one image: the engines report each sweep) or
@@ -183,37 +305,40 @@ def _run(
         cyc = (back == 0) & ~fixed
         conv_any = fixed.any(axis=1)
         stop = fixed | cyc
-        n_iter = np.where(stop.any(axis=1), stop.argmax(axis=1) + 1, changed.shape[1])
-        info["flips"] = changed
+        info["n_iter"] = np.where(stop.any(axis=1), stop.argmax(axis=1) + 1, changed.shape[1])
         info["converged"] = conv_any
-        info["n_iter"] = n_iter
         info["cycle"] = cyc.any(axis=1)
-        info["back"] = back
+        info["flips"] = changed.sum(axis=0)
+        info["back"] = back.sum(axis=0)
         if want_energy:
-            info["energy2"] = np.stack(energies, axis=1) if energies else np.zeros((n, 0), np.int64)
+            info["energy2"] = np.array([int(np.sum(e)) for e in energies], dtype=np.int64)
         return out, info
 
     groups = _image_groups(n, h, w, bar)
     per_sweep = bar.update if bar is not None and n == 1 else None
-    flips = np.zeros((n, max_iter), dtype=np.int64)
-    de2 = np.zeros((n, max_iter), dtype=np.int64)
-    e0 = np.zeros(n, dtype=np.int64)
+    trace = _Trace(n, max_iter)
     out = None
     for g in groups:
         try:
             thr_g = thr[g] if thr is not None and np.ndim(thr) == 3 else thr
             stk_g = stk if len(groups) == 1 else stk[g]
-            if want_energy or per_sweep is not None:
+            images = np.arange(g.start, g.stop)
+            if max_iter > SWEEP_BLOCK:
+                args = (tm, m, boundary, thr_g, first_spacing, spacing, out_dtype)
+                out_g = _run_long(engine, stk_g, args, max_iter, per_sweep, want_energy, trace, g.start)
+            elif want_energy or per_sweep is not None:
                 net = engine.prepare(stk_g, tm, m, boundary, thr_g)
                 if want_energy:
-                    e0[g] = engine.energy2(net, net.Z)
-                out_g, flips[g], de2[g] = engine.run_async(
+                    trace.e0 += int(np.sum(engine.energy2(net, net.Z)))
+                out_g, flips, de2 = engine.run_async(
                     net, max_iter, first_spacing, out_dtype, per_sweep, spacing=spacing
                 )
                 del net
+                trace.add(images, 0, flips, de2)
             else:  # transform: one engine call (the CUDA engine replays a repeated configuration)
                 args = (tm, m, boundary, thr_g, max_iter, first_spacing, out_dtype)
-                out_g, flips[g], de2[g] = engine.halftone(stk_g, *args, spacing=spacing)
+                out_g, flips, de2 = engine.halftone(stk_g, *args, spacing=spacing)
+                trace.add(images, 0, flips, de2)
             if len(groups) == 1:
                 out = out_g
             else:
@@ -226,16 +351,13 @@ def _run(
             raise _out_of_memory(exc, what, device, g, n, stk.shape) from exc
         if bar is not None and per_sweep is None:
             bar.update(g.stop - g.start)
-    still = flips == 0
-    conv_any = still.any(axis=1)
-    n_iter = np.where(conv_any, still.argmax(axis=1) + 1, max_iter)
-    steps = int(n_iter.max())
-    info["flips"] = flips[:, :steps]
-    info["converged"] = conv_any
-    info["n_iter"] = n_iter
-    info["cycle"] = np.zeros(n, dtype=bool)
+    steps = int(trace.n_iter.max())
+    info["flips"] = trace.flips[:steps]
+    info["converged"] = trace.converged
+    info["n_iter"] = trace.n_iter
+    info["cycle"] = trace.cycle
     if want_energy:
-        info["energy2"] = e0[:, None] + np.cumsum(de2[:, :steps], axis=1)
+        info["energy2"] = trace.e0 + np.cumsum(trace.de2[:steps])
     return out, info
 
 
@@ -454,6 +576,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         "B": ["array-like", None],
         "T": [Real],
         "channel_axis": [StrOptions({"auto"}), Integral, None],
+        "image_shape": [tuple, list, None],
         "random_state": ["random_state"],
         "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
         **DeviceMixin._device_constraints,
@@ -477,6 +600,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         B: ArrayLike | None = None,
         T: float = 0.0,
         channel_axis: Literal["auto"] | int | None = "auto",
+        image_shape: tuple[int, int] | None = None,
         random_state: int | np.random.RandomState | None = None,
         verbose: int | bool = 0,
         device: Literal["auto", "cpu", "cuda"] = "auto",
@@ -496,6 +620,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         self.B = B
         self.T = T
         self.channel_axis = channel_axis
+        self.image_shape = image_shape
         self.random_state = random_state
         self.verbose = verbose
         self.device = device
@@ -563,7 +688,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             When ``shape`` is not a valid image layout (see ``channel_axis``).
         """
         device = device or self.device_
-        lay = image_layout(shape, self.channel_axis)
+        lay = image_layout(shape, self._channel_axis())
         host, dev = halftone_bytes(lay, dtype, device, input_on_device=input_on_device, energy=energy)
         host += int(extra_host_bytes)
         what = f"halftoning images of shape {tuple(shape)} ({lay.describe()})"
@@ -572,16 +697,82 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             check_memory(dev, "cuda", what=what, floor=SMALL_WORK_BYTES)
         return host, dev
 
+    def _cross_check_params(self):
+        """What the constraints cannot say: ``image_shape`` is two positive integers."""
+        shape = self.image_shape
+        if shape is not None and not (
+            len(shape) == 2
+            and all(isinstance(v, Integral) and not isinstance(v, bool) and v >= 1 for v in shape)
+        ):
+            raise ValueError(
+                f"image_shape must be None or two positive integers (H, W), the size of the flattened "
+                f"images in the rows of X; got {shape!r}."
+            )
+        if shape is not None and self.channel_axis not in ("auto", None):
+            raise ValueError(
+                f"image_shape={tuple(shape)} reads rows of flattened grey images; channel_axis="
+                f"{self.channel_axis} names a channel axis they do not have (pass channel_axis='auto' "
+                "or None)."
+            )
+
+    def _channel_axis(self):
+        """``channel_axis`` as the layout reads it: rows of flattened images are grey."""
+        return None if self.image_shape is not None else self.channel_axis
+
+    def _images(self, X, name):
+        """The image array ``X`` stands for: rows of flattened images (``image_shape``) become a
+        stack ``(n, H, W)``. Refuses an ``X`` that contradicts the declared or fitted layout."""
+        shape = tuple(int(v) for v in X.shape)
+        self._check_declared_layout(shape, name)
+        if self.image_shape is not None:
+            return X.reshape(shape[0], *(int(v) for v in self.image_shape))
+        self._check_fitted_layout(shape, name)
+        return X
+
+    def _check_declared_layout(self, shape, name):
+        """With ``image_shape``, ``X`` must be ``(n_samples, H * W)``."""
+        if self.image_shape is None:
+            return
+        h, w = (int(v) for v in self.image_shape)
+        if len(shape) != 2 or shape[1] != h * w:
+            raise ValueError(
+                f"{name}: X of shape {tuple(shape)} does not match image_shape=({h}, {w}), which reads X "
+                f"as rows of flattened {h} x {w} images: (n_samples, {h * w}). Pass image_shape=None "
+                "for (H, W), (N, H, W), (H, W, C) or (N, H, W, C) images."
+            )
+
+    def _check_fitted_layout(self, shape, name):
+        """Refuse a 2-D ``X`` whose rows have the length of the fitted images' pixel count.
+
+        A 2-D array is one image; but one whose width is the ``H * W`` of the images seen in
+        ``fit`` is almost surely a sample matrix of those images flattened, which would be
+        halftoned as one tall image without a word.
+        """
+        fitted = getattr(self, "image_shape_", None)
+        if fitted is None or len(shape) != 2 or self.image_shape is not None:
+            return
+        fh, fw = fitted
+        if fh > 1 and fw > 1 and shape[1] == fh * fw and shape != (fh, fw):
+            a, b = shape
+            raise ValueError(
+                f"{name}: X of shape {shape} would be halftoned as one {a} x {b} image, but this "
+                f"estimator was fitted on images of {fh} x {fw} = {fh * fw} pixels, the length of its "
+                f"rows. If each row is a flattened image, set image_shape=({fh}, {fw}) (the halftones "
+                f"come back in the same flat layout); to halftone one {a} x {b} image, pass it as a "
+                "batch of one, X[None]."
+            )
+
     def _halftone(self, X, want_energy, random_state, what):
         first_spacing, spacing = self._spacings()
+        name = f"{type(self).__name__}.{what}"
         X = check_image_array(X)
-        lay = image_layout(X.shape, self.channel_axis)
+        images = self._images(X, name)
+        lay = image_layout(images.shape, self._channel_axis())
         on_device = is_device_array(X)
-        self._check_size(X.shape, X.dtype, self.device_, input_on_device=on_device, energy=want_energy)
+        self._check_size(images.shape, X.dtype, self.device_, input_on_device=on_device, energy=want_energy)
         check_image_values(X)
         rng = check_random_state(random_state)
-        stk = to_stack(X, lay)
-        name = f"{type(self).__name__}.{what}"
+        stk = to_stack(images, lay)
         single = stk.shape[0] == 1 or self.mode == "sync"
         bar = None  # silent: no Progress object at all (a small GPU call feels its cost)
         if self.verbose:
@@ -591,6 +782,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
                 total=int(self.max_iter) if single else stk.shape[0],
                 verbose=self.verbose,
                 unit="sweeps" if single else "images",
+                log_every=PROGRESS_LOG_SECONDS,
             )
         try:
             out, info = _run(
@@ -620,10 +812,57 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             summary = dict(n_iter=int(n_iter.max()), converged=bool(np.all(info["converged"])))
             if single:
                 summary = dict(images=stk.shape[0], **summary)
-            if self.mode == "sync":
+            if self.mode == "sync" or np.any(info["cycle"]):
                 summary["cycle"] = bool(np.any(info["cycle"]))
             bar.close(**summary)
-        return self._output(from_stack(out, X, lay), X), info
+        self._warn_convergence(info, name, lay)
+        out = from_stack(out, images, lay)
+        if out.shape != X.shape:  # rows of flattened images: back to the input's layout
+            out = out.reshape(X.shape)
+        return self._output(out, X), (info, lay)
+
+    def _warn_convergence(self, info, name, lay):
+        """One ConvergenceWarning per call when an image stopped at ``max_iter`` without a fixed
+        point ('sync': nor an exact 2-cycle) or, in 'async' mode, fell into a cycle."""
+        n = info["n_iter"].size
+        stopped = int(np.sum(~info["converged"] & ~info["cycle"]))
+        cycles = int(np.sum(info["cycle"])) if self.mode == "async" else 0
+        if not stopped and not cycles:
+            return
+        noun = "image" if lay.axis is None else "channel"
+        flips = info["flips"]
+        if self.mode == "sync":
+            text = (
+                f"{name}: mode='sync' stopped at max_iter={self.max_iter} before a fixed point or an "
+                f"exact 2-cycle in {stopped} of {n} {noun}{'s' if n != 1 else ''}: {int(flips[-1])} cells "
+                f"changed in the last sweep and {int(info['back'][-1])} differ from two sweeps back (0 in "
+                "a 2-cycle). Synchronous updates reach their 2-cycle only after a long transient (100-800 "
+                "sweeps on 128^2-512^2 photos); raise max_iter to see it, or use mode='async'."
+            )
+        else:
+            parts = []
+            if stopped:
+                last = int(flips[self.max_iter - 1]) if flips.size >= self.max_iter else 0
+                parts.append(
+                    f"{stopped} of {n} {noun}{'s' if n != 1 else ''} did not reach a fixed point within "
+                    f"max_iter={self.max_iter} sweeps ({last} cells changed in the last sweep)"
+                )
+            if cycles:
+                parts.append(
+                    f"{cycles} of {n} {noun}{'s' if n != 1 else ''} fell into a cycle (a state repeated, "
+                    "found between blocks of sweeps; the halftone is one state of the cycle)"
+                )
+            advice = (
+                "Raise max_iter"
+                if not cycles
+                else "Asynchronous updates cycle only when the energy can rise: a custom template A "
+                "with a negative centre (or a positive one with levels > 2); use a zero centre"
+            )
+            text = f"{name}: " + "; ".join(parts) + f". {advice}."
+        # the caller's frame, above this method, _halftone, (_fit,) the method and its wrappers
+        # (validates_params, _fit_context for the fits, scikit-learn's set_output for transforms)
+        depth = {"fit": 7, "fit_transform": 8, "transform": 6}.get(name.rpartition(".")[2], 4)
+        warnings.warn(text, ConvergenceWarning, stacklevel=depth)
 
     def _refuse_dask(self, X, what):
         if is_dask_collection(X):
@@ -641,37 +880,29 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
                 self.template, self.sigma, self.radius, int(self.levels), self.A, self.B, self.T
             )
             self._resolve_device()
-            out, info = self._halftone(X, True, self.random_state, what)
+            self.__dict__.pop("image_shape_", None)  # fit reads X afresh, whatever it saw before
+            out, (info, lay) = self._halftone(X, True, self.random_state, what)
         except BaseException:
             # a fit that fails (bad input, out of memory half-way, interrupted) leaves the
             # estimator unfitted: never the new templates beside the previous diagnostics
             for attr in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
                 self.__dict__.pop(attr, None)
             raise
+        self.image_shape_ = (lay.h, lay.w)
         self.n_iter_per_image_ = np.asarray(info["n_iter"], dtype=np.int64)
         self.n_iter_ = int(self.n_iter_per_image_.max())
         self.converged_ = bool(np.all(info["converged"]))
         self.cycle_detected_ = bool(np.any(info["cycle"]))
-        self.flips_ = info["flips"].sum(axis=0)[: self.n_iter_]
-        self.back_flips_ = info["back"].sum(axis=0)[: self.n_iter_] if "back" in info else None
-        if self.mode == "sync" and not (self.converged_ or self.cycle_detected_):
-            warnings.warn(
-                f"mode='sync' stopped at max_iter={self.max_iter} before a fixed point or an exact "
-                f"2-cycle: {int(self.flips_[-1])} cells changed in the last sweep and "
-                f"{int(self.back_flips_[-1])} differ from two sweeps back (0 in a 2-cycle). "
-                "Synchronous updates reach their 2-cycle only after a long transient (100-800 "
-                "sweeps on 128^2-512^2 photos); raise max_iter to see it, or use mode='async'.",
-                ConvergenceWarning,
-                stacklevel=4,
-            )
+        self.flips_ = np.asarray(info["flips"][: self.n_iter_], dtype=np.int64)
+        self.back_flips_ = (
+            np.asarray(info["back"][: self.n_iter_], dtype=np.int64) if "back" in info else None
+        )
         scale = 2.0 * self.templates_["scale"] * (512.0 * (int(self.levels) - 1)) ** 2
-        e2 = info["energy2"][:, : self.n_iter_]
-        # Images that stopped earlier keep their last energy.
-        if e2.shape[1] < self.n_iter_:  # pragma: no cover - defensive
-            e2 = np.pad(e2, ((0, 0), (0, self.n_iter_ - e2.shape[1])), mode="edge")
-        self.energy_ = e2.sum(axis=0).astype(np.float64) / scale
+        e2 = info["energy2"][: self.n_iter_]
+        self.energy_ = e2.astype(np.float64) / scale
         return out
 
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: None = None) -> DTCNNHalftoner:
         """Build the templates and halftone ``X`` once to record the diagnostics.
@@ -702,6 +933,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         self._fit(X, "fit")
         return self
 
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     def fit_transform(self, X: ArrayLike, y: None = None) -> Any:
         """Fit on ``X`` and return its halftone (computed once).
@@ -721,8 +953,18 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
 
     def _dask_images(self, X):
         """Shape and dtype of one image's halftone, after refusing what Dask cannot do here."""
-        lay = image_layout(X.shape, self.channel_axis)
         name = f"{type(self).__name__}.transform"
+        if self.image_shape is not None:  # rows of flattened images: whole rows in each block
+            self._check_declared_layout(X.shape, name)
+            if X.numblocks[1] != 1:
+                raise ValueError(
+                    f"{name}: the Dask array of flattened images is chunked along its columns (chunks "
+                    f"{X.chunks}); every pixel of a halftone depends on the whole image, so keep each "
+                    "row whole: X.rechunk({1: -1})."
+                )
+            return X.shape[1:], output_dtype(X.dtype)
+        self._check_fitted_layout(tuple(int(v) for v in X.shape), name)
+        lay = image_layout(X.shape, self.channel_axis)
         if lay.batch and lay.axis == 0:
             raise ValueError(
                 f"{name}: a Dask batch must have its images along axis 0, but channel_axis="
@@ -752,6 +994,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         """``transform`` of one Dask block (the shared wrapper maps it over the blocks)."""
         return self.transform(X)
 
+    @validates_params
     def transform(self, X: Any) -> Any:
         """Halftone images with the fitted templates (attributes are left unchanged).
 

@@ -1,9 +1,9 @@
 """The NumPy engine of DTCNNHalftoner: the reference the CUDA engine reproduces bit for bit.
 
 Vectorised over the cells of a colour class (no Python loop over pixels). The
-functions :func:`prepare`, :func:`energy2`, :func:`run_async` and :func:`run_sync`
-have the same signatures and results as those of ``_dtcnn_cuda.py``; the estimator
-picks one of the two modules once from ``device_``.
+functions :func:`prepare`, :func:`energy2`, :func:`run_async`, :func:`sweep_block`,
+:func:`output` and :func:`run_sync` have the same signatures and results as those of
+``_dtcnn_cuda.py``; the estimator picks one of the two modules once from ``device_``.
 """
 
 from __future__ import annotations
@@ -12,7 +12,17 @@ import numpy as np
 
 from ._fixed_point import Network, initial_state, input_state, state_energy2, state_to_output
 
-__all__ = ["prepare", "halftone", "energy2", "run_async", "run_sync", "conv", "decide"]
+__all__ = [
+    "prepare",
+    "halftone",
+    "energy2",
+    "run_async",
+    "sweep_block",
+    "output",
+    "run_sync",
+    "conv",
+    "decide",
+]
 
 
 def _reflect_index(n, r):
@@ -192,6 +202,25 @@ def run_async(net, max_iter, first_spacing, out_dtype, progress=None, spacing=No
     return state_to_output(Z, net.m, out_dtype, np), flips, de2
 
 
+def sweep_block(net, k, first_spacing, spacing=None, progress=None):
+    """``k`` asynchronous sweeps from ``net.Z``, written back into ``net.Z``: ``(flips, de2)``.
+
+    The sweeps of :func:`run_async` without the output conversion, for the estimator's
+    long runs (blocks of sweeps, the state checked between blocks). ``flips`` and
+    ``de2`` are host int64 arrays of shape (n, k), as for :func:`run_async`.
+    """
+    Z, flips, de2 = _sweeps(
+        net.Z, net.b, net.A, net.gain, net.a_c, net.m, k, first_spacing, progress, spacing
+    )
+    net.Z[...] = Z
+    return flips, de2
+
+
+def output(net, out_dtype):
+    """Output levels of the state ``net.Z`` in ``out_dtype``."""
+    return state_to_output(net.Z, net.m, out_dtype, np)
+
+
 def run_sync(net, max_iter, want_energy, out_dtype, progress=None):
     """Synchronous (Jacobi) steps from ``net.Z`` until a fixed point or a 2-cycle.
 
@@ -218,22 +247,19 @@ def run_sync(net, max_iter, want_energy, out_dtype, progress=None):
     n = net.Z.shape[0]
     zprev2 = net.Z.astype(np.int64)
     zcur = net.Z.astype(np.int64)
-    changed = np.zeros((n, max_iter), dtype=np.int64)
-    back = np.zeros((n, max_iter), dtype=np.int64)
+    changed, back = [], []  # one (n,) column per step run: memory follows the steps, not max_iter
     energies = []
-    steps = 0
-    for s in range(max_iter):
+    for _ in range(max_iter):
         x = conv(zcur, net.A) + net.b
         znew = decide(x, zcur, net.gain, net.m)
-        changed[:, s] = (znew != zcur).reshape(n, -1).sum(axis=1)
-        back[:, s] = (znew != zprev2).reshape(n, -1).sum(axis=1)
+        changed.append((znew != zcur).reshape(n, -1).sum(axis=1))
+        back.append((znew != zprev2).reshape(n, -1).sum(axis=1))
         zprev2, zcur = zcur, znew
-        steps = s + 1
         if want_energy:
             energies.append(energy2(net, zcur))
         if progress is not None:
             progress(1)
-        if np.all((changed[:, s] == 0) | (back[:, s] == 0)):
+        if np.all((changed[-1] == 0) | (back[-1] == 0)):
             break
     out = state_to_output(zcur.astype(np.int16), net.m, out_dtype, np)
-    return out, changed[:, :steps], back[:, :steps], energies
+    return out, np.stack(changed, axis=1).astype(np.int64), np.stack(back, axis=1).astype(np.int64), energies

@@ -1,7 +1,8 @@
 """The CUDA engine of DTCNNHalftoner: CuPy arrays and our kernels in ``_kernels/dtcnn.cu``.
 
 Same functions, signatures and bits as the NumPy engine ``_dtcnn_cpu.py``
-(:func:`prepare`, :func:`energy2`, :func:`run_async`, :func:`run_sync`). The
+(:func:`prepare`, :func:`energy2`, :func:`run_async`, :func:`sweep_block`,
+:func:`output`, :func:`run_sync`). The
 estimator picks this module once from ``device_``; nothing here resolves a device.
 """
 
@@ -19,6 +20,8 @@ __all__ = [
     "halftone",
     "energy2",
     "run_async",
+    "sweep_block",
+    "output",
     "run_sync",
     "GPU_SCHEDULE",
     "PAPER_BLOCK_SIZE",
@@ -670,8 +673,9 @@ class _Plan:
         return out, flips.astype(np.int64), de2.view(np.int64).astype(np.int64)
 
 
-def _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress, spacing=None):
-    """:func:`run_async` in blocks of sweeps, calling ``progress(sweeps)`` after each.
+def _sweep_blocks(net, max_iter, first_spacing, progress, spacing=None):
+    """The sweeps of :func:`run_async` in blocks of :data:`PROGRESS_SWEEPS` sweeps, calling
+    ``progress(sweeps)`` after each; returns the host counters ``(flips, de2)``.
 
     Same bits as one launch: a sweep depends only on the state ``Z``, which stays on
     the device between launches; the first block alone uses ``first_spacing``. A
@@ -697,7 +701,33 @@ def _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress, spacing
         progress(ran)
         if still.size:
             break
+    return flips, de2
+
+
+def _run_async_blocks(net, max_iter, first_spacing, out_dtype, progress, spacing=None):
+    """:func:`run_async` in blocks of sweeps (see :func:`_sweep_blocks`)."""
+    flips, de2 = _sweep_blocks(net, max_iter, first_spacing, progress, spacing)
     return _output(net.Z, net.m, out_dtype, net.defines), flips, de2
+
+
+def sweep_block(net, k, first_spacing, spacing=None, progress=None):
+    """``k`` asynchronous sweeps of ``net.Z`` in place; same results as ``_dtcnn_cpu.sweep_block``.
+
+    One launch for the ``k`` sweeps without ``progress`` (``rows``/``fused``), blocks of
+    :data:`PROGRESS_SWEEPS` with it.
+    """
+    if progress is not None:
+        return _sweep_blocks(net, k, first_spacing, progress, spacing)
+    n = net.Z.shape[0]
+    _, counters = _sweeps(net.Z, net.b, net.A_dev, net.gain, net.a_c, k, net.defines, first_spacing, spacing)
+    de2, flips, _, _, bar_err = _split_counters(to_host(counters), n, k)
+    check_barrier_error(bar_err, "DTCNNHalftoner")
+    return flips.astype(np.int64), de2.view(np.int64).astype(np.int64)
+
+
+def output(net, out_dtype):
+    """Output levels of the state ``net.Z`` in ``out_dtype`` (on the device)."""
+    return _output(net.Z, net.m, out_dtype, net.defines)
 
 
 def run_sync(net, max_iter, want_energy, out_dtype, progress=None):
@@ -710,11 +740,9 @@ def run_sync(net, max_iter, want_energy, out_dtype, progress=None):
     n, h, w = Z.shape
     kern = get_function("dtcnn", "sync_step", **net.defines)
     bufs = [Z.copy(), Z.copy()]  # [current, two steps back]
-    changed = cp.zeros((n, max_iter), dtype=cp.int32)
-    back = cp.zeros((n, max_iter), dtype=cp.int32)
+    changed, back = [], []  # one (n,) column per step run: memory follows the steps, not max_iter
     energies = []
-    steps = 0
-    for s in range(max_iter):
+    for _ in range(max_iter):
         zold, znew = bufs
         ch = cp.zeros(n, dtype=cp.int32)
         bk = cp.zeros(n, dtype=cp.int32)
@@ -723,10 +751,9 @@ def run_sync(net, max_iter, want_energy, out_dtype, progress=None):
             (32, 8, 1),
             (zold, znew, net.b, net.A_dev, np.int32(h), np.int32(w), np.int64(net.gain), ch, bk),
         )
-        changed[:, s] = ch
-        back[:, s] = bk
+        changed.append(ch)
+        back.append(bk)
         bufs = [znew, zold]
-        steps = s + 1
         if want_energy:
             energies.append(energy2(net, znew))
         stop = bool(cp.all((ch == 0) | (bk == 0)))
@@ -735,5 +762,5 @@ def run_sync(net, max_iter, want_energy, out_dtype, progress=None):
         if stop:
             break
     out = _output(bufs[0], net.m, out_dtype, net.defines)
-    changed, back = to_host(changed[:, :steps]), to_host(back[:, :steps])
+    changed, back = to_host(cp.stack(changed, axis=1)), to_host(cp.stack(back, axis=1))
     return out, changed.astype(np.int64), back.astype(np.int64), energies

@@ -186,14 +186,37 @@ def check_image_array(X):
     if sp.issparse(X) or type(X).__module__.startswith("cupyx.scipy.sparse"):
         raise TypeError("DTCNNHalftoner takes dense images, got a sparse matrix.")
     if not is_device_array(X):
-        X = np.asarray(X)
-        if X.dtype == object:
-            X = np.asarray(X, dtype=np.float64)  # a TypeError names the offending element
+        try:
+            X = np.asarray(X)
+            if X.dtype == object:
+                X = np.asarray(X, dtype=np.float64)  # a TypeError names the offending element
+        except ValueError as exc:  # a ragged list: NumPy's "inhomogeneous shape" error
+            raise _ragged(X, exc) from None
     if X.dtype.kind == "c":
         raise ValueError("Complex data not supported: images must hold real intensities in [0, 1].")
     if not (X.dtype == np.bool_ or X.dtype.kind in "uif"):
         raise TypeError(f"images must be a numeric array (uint8 or float in [0, 1]); got dtype {X.dtype}.")
     return X
+
+
+def _ragged(X, exc):
+    """The error for a sequence of images that cannot be stacked, naming their sizes."""
+    items = X if isinstance(X, (list, tuple)) else list(getattr(X, "flat", []))
+    shapes = []
+    for item in items:
+        try:
+            shapes.append(tuple(int(v) for v in np.shape(item)))
+        except ValueError:
+            shapes.append(None)
+    if len(shapes) > 1 and None not in shapes and len(set(shapes)) > 1:
+        return ValueError(
+            f"images in a list are halftoned as one batch, so they must all have the same size; got "
+            f"{len(shapes)} images of different sizes: {', '.join(map(str, shapes))}. Halftone them "
+            "one call each, e.g. [ht.transform(im) for im in images] (or pad them to one size)."
+        )
+    return ValueError(
+        f"images must be a rectangular array of {_SHAPES}; this sequence cannot be stacked into one: {exc}"
+    )
 
 
 def check_image_values(X):
