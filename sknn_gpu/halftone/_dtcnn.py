@@ -400,7 +400,9 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         ``A``/``B`` for 'custom'.
     mode : {'async', 'sync'}, default='async'
         'async': colour-class Gauss-Seidel updates (the network converges; the
-        energy never increases). 'sync': every cell at once from the previous
+        energy never increases, except with a custom ``A`` whose centre is negative,
+        or positive with ``levels > 2``: such a network can cycle, which is detected
+        in runs longer than 64 sweeps, see ``max_iter``). 'sync': every cell at once from the previous
         outputs (Jacobi); it ends in a 2-cycle (symmetric templates allow no longer
         period), which is detected exactly (every cell equal to two sweeps back),
         stops the iteration and is reported in ``cycle_detected_``. On photos most
@@ -409,7 +411,14 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         ``max_iter`` first warns and ``back_flips_`` shows how far it got.
     max_iter : int, default=30
         Maximum number of sweeps (one sweep updates every cell once). The run stops
-        earlier after a sweep that changes no cell (a fixed point).
+        earlier after a sweep that changes no cell (a fixed point). Memory does not
+        depend on ``max_iter``, only on the sweeps actually run: 'async' runs of more
+        than 64 sweeps go in blocks of 64, and after each block the state of every
+        image still moving is compared with a saved one (Brent's cycle detection, one
+        saved state per image); an image whose state repeats is in a cycle and stops
+        there (``cycle_detected_``). A huge ``max_iter`` thus costs nothing more
+        than the sweeps the network needs. Stopping at ``max_iter`` without a fixed
+        point, or in a cycle, raises one ``ConvergenceWarning`` per call.
     init : {'input', 'threshold', 'bayer', 'random'}, default='input'
         Initial outputs. 'input': ``y(0) = u`` (continuous; every cell is quantised
         on its first visit, seeing its neighbours' exact intensities; best quality
@@ -458,6 +467,14 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         most 4 entries, as in channels-first ``(N, 3, H, W)``). Channels are
         halftoned one by one; with 2 or 4 channels (grey + alpha, RGBA) the last
         one is alpha and is copied to the output unchanged.
+    image_shape : tuple of (int, int) or None, default=None
+        Size ``(H, W)`` of the images when ``X`` is a scikit-learn sample matrix: each
+        row of a 2-D ``X`` of shape ``(n_samples, H * W)`` is one flattened grey
+        image, and the halftones come back in that flat layout (rows stay
+        independent, so it fits a :class:`~sklearn.pipeline.Pipeline`). With it,
+        any other shape is refused. None: a 2-D ``X`` is one image (see Notes).
+        For example ``image_shape=(8, 8)`` for :func:`~sklearn.datasets.load_digits`
+        rows scaled to [0, 1].
     random_state : int, RandomState instance or None, default=None
         Seeds ``init='random'`` (drawn on the host, so both devices agree).
     verbose : int or bool, default=0
@@ -470,8 +487,10 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         sweep for one image (the GPU then launches each sweep on its own and waits
         for its counts) and in 'sync' mode; on a batch in 'async' mode it is a group
         of images of about a million pixels (each channel of a colour image counts
-        as one image), halftoned one engine call each. The halftone is the same bits
-        at every ``verbose``.
+        as one image), halftoned one engine call each. When stderr is not a terminal
+        (a log file, a pipe, a batch job), ``1`` also logs a progress line at most
+        every 5 seconds of a long call, so it shows how far it got. The halftone is
+        the same bits at every ``verbose``.
     device : {'auto', 'cpu', 'cuda'}, default='auto'
         Where to compute. 'auto' uses the GPU when CuPy and a GPU are usable.
     output_type : {'input', 'numpy', 'cupy'} or None, default=None
@@ -490,12 +509,14 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         Sweeps run by ``fit`` (the most over the images/channels), including the
         final sweep that changed nothing.
     n_iter_per_image_ : ndarray of shape (n_images,)
-        Sweeps per single-channel image of the fitted stack.
+        Sweeps per single-channel image of the fitted stack (up to the fixed point,
+        the detected cycle, or ``max_iter``).
     converged_ : bool
         Whether every image reached a fixed point within ``max_iter``.
     cycle_detected_ : bool
-        'sync' mode: whether some image fell into an exact 2-cycle (always False in
-        'async').
+        Whether some image fell into a cycle: an exact 2-cycle in 'sync' mode; in
+        'async' mode a repeated state (possible only with the custom templates
+        named under ``mode``, found between blocks of 64 sweeps).
     back_flips_ : ndarray of shape (n_sweeps,) or None
         'sync' mode: cells whose output differs from the one two sweeps earlier, per
         sweep (summed over images and channels); 0 with ``flips_ > 0`` is a 2-cycle.
@@ -509,6 +530,10 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         (intensities in [-1, 1]). Computed exactly in integers; never increases in
         'async' mode when ``A`` has a zero centre (or ``levels=2`` and a
         non-negative centre).
+    image_shape_ : tuple of (int, int)
+        Height and width of the images seen in ``fit``. ``transform`` refuses a 2-D
+        ``X`` whose width is ``H * W`` of these (and which is not itself an ``H x W``
+        image): almost surely their flattened rows, see Notes.
     device_ : str
         The resolved device.
 
@@ -519,7 +544,15 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
     Notes
     -----
     Accepted images: ``(H, W)``; ``(N, H, W)`` a batch; ``(H, W, C)`` one image with
-    channels; ``(N, H, W, C)`` a batch of those (see ``channel_axis``). Colour images
+    channels; ``(N, H, W, C)`` a batch of those (see ``channel_axis``). A 2-D array
+    is always one image: an image and a scikit-learn sample matrix of flattened
+    images ``(n_samples, H * W)`` have the same shape, so the estimator does not
+    guess. Declare a sample matrix with ``image_shape=(H, W)``. Without it, a 2-D
+    ``X`` that contradicts the fitted layout (its width is ``H * W`` of the images
+    ``fit`` saw) is refused with a ``ValueError`` naming both shapes rather than
+    halftoned as one tall image. A list of images is one batch: they must have one
+    size (a ``ValueError`` names the sizes; halftone differently sized images one
+    call each). Colour images
     are halftoned channel by channel; an alpha channel is kept. Floats must lie in
     [0, 1]; uint8 is read as ``p / 255``; other integers and booleans must hold 0
     and 1. Output has the input's shape and type (uint8 in gives uint8 in {0, 255}
@@ -559,6 +592,12 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
     [0.0, 1.0]
     >>> bool(ht.converged_), bool(abs(out.mean() - img.mean()) < 0.01)
     (True, True)
+
+    Rows of flattened images (a sample matrix) with ``image_shape``:
+
+    >>> rows = np.linspace(0, 1, 5 * 64).reshape(5, 64)  # five flattened 8 x 8 images
+    >>> DTCNNHalftoner(image_shape=(8, 8), device="cpu").fit_transform(rows).shape
+    (5, 64)
     """
 
     _parameter_constraints = {
@@ -911,7 +950,9 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         ----------
         X : array-like of shape (H, W), (N, H, W), (H, W, C) or (N, H, W, C)
             Images: floats in [0, 1] or uint8 (read with ``channel_axis``). NumPy or
-            CuPy (not Dask: see the class notes).
+            CuPy (not Dask: see the class notes); a list of images of one size. With
+            ``image_shape=(H, W)``: shape ``(n_samples, H * W)``, one flattened image
+            per row.
         y : None
             Ignored.
 
@@ -922,13 +963,22 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            Invalid or ambiguous shapes, empty images, NaN/inf, values outside
-            [0, 1]. TypeError for sparse, non-numeric or Dask input.
+            Invalid or ambiguous shapes, a shape that does not match ``image_shape``,
+            a list of differently sized images, empty images, NaN/inf, values outside
+            [0, 1], invalid parameters. TypeError for sparse, non-numeric or Dask
+            input.
         InsufficientMemoryError
             When the images would not fit in memory (checked before any scan).
         MemoryError
             When memory runs out half-way all the same (other allocations took it);
             the message names the images, and the estimator is left unfitted.
+
+        Warns
+        -----
+        ConvergenceWarning
+            Once per call, when an image stopped at ``max_iter`` before a fixed point
+            ('sync': nor an exact 2-cycle), or fell into a cycle in 'async' mode; the
+            message names the estimator, the method, ``max_iter`` and how many images.
         """
         self._fit(X, "fit")
         return self
@@ -1001,15 +1051,27 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like of shape (H, W), (N, H, W), (H, W, C) or (N, H, W, C)
-            As for :meth:`fit` (any size). Or a Dask array: a batch chunked along its
-            batch axis only (each block is halftoned on a worker), or a single image
-            in one block (see the class notes).
+            As for :meth:`fit` (any size; but a 2-D ``X`` whose width is the pixel
+            count ``H * W`` of the fitted images is refused, see the class notes). Or
+            a Dask array: a batch chunked along its batch axis only (each block is
+            halftoned on a worker), or a single image in one block (see the class
+            notes); rows of flattened images (``image_shape``) chunked along rows.
 
         Returns
         -------
         halftone : array of the same shape and array type as ``X``
             A lazy Dask array for a Dask input, whose blocks have the array type of
             the input's blocks (or ``output_type``).
+
+        Raises
+        ------
+        ValueError
+            As for :meth:`fit`, and for parameters set to invalid values after it.
+
+        Warns
+        -----
+        ConvergenceWarning
+            As for :meth:`fit`, once per call.
         """
         check_is_fitted(self, "templates_")
         if is_dask_collection(X):
