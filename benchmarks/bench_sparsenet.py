@@ -641,7 +641,7 @@ def training_table(args):
                 sec,
                 quality=f"R² {r2_score(yt, reg.predict(Xt)):.4f}",
                 note=f"{reg.n_edges_:,} of {reg.n_dense_edges_:,} edges, {reg.n_levels_} levels, "
-                f"{reg.n_iter_} epochs",
+                f"{reg.n_iter_} + {reg.n_fine_tune_iter_} epochs (dense + fine-tuning)",
             )
     t.print()
 

@@ -42,7 +42,8 @@ def test_prune_fits_friedman1_quickly(device, rng):
     assert reg.device_ == device
     r2 = r2_score(yt, reg.predict(Xt))
     assert r2 >= 0.9, r2
-    assert reg.n_iter_ == len(reg.loss_curve_)
+    assert reg.n_iter_ <= 60 and reg.n_fine_tune_iter_ <= 2 * 20
+    assert reg.n_iter_ + reg.n_fine_tune_iter_ == len(reg.loss_curve_)
     assert reg.loss_curve_[-1] < reg.loss_curve_[0]
 
 
@@ -751,3 +752,97 @@ def test_sigmoid_inputs_equal_a_model_fitted_on_squashed_inputs(device, rng):
     np.testing.assert_allclose(out, to_host(b.predict(np.array([[1.0] * 5, [0.0] * 5]))), rtol=1e-10)
     with pytest.raises(ValueError, match="input_activation"):
         SparseNetRegressor(input_activation="relu").fit(X, y)
+
+
+# ------------------------------------------------------------------ parameters, failed fits, epochs, dtypes
+def _small_fit(rng, device="cpu", **kw):
+    X = rng.standard_normal((80, 4))
+    y = X[:, 0] - 0.5 * X[:, 2]
+    params = dict(hidden_layer_sizes=(6,), max_iter=3, n_prune_steps=1, random_state=0, device=device)
+    return SparseNetRegressor(**{**params, **kw}).fit(X, y), X, y
+
+
+@pytest.mark.parametrize(
+    "param, value",
+    [("input_activation", "bogus"), ("output_type", "bogus"), ("batch_size", 0), ("device", "tpu")],
+)
+@pytest.mark.parametrize("method", ["predict", "score", "partial_fit", "resident", "prune"])
+def test_parameters_changed_after_fit_are_refused_by_every_method(device, rng, param, value, method):
+    reg, X, y = _small_fit(rng, device)
+    expected = to_host(reg.predict(X))
+    call = {
+        "predict": lambda: reg.predict(X),
+        "score": lambda: reg.score(X, y),
+        "partial_fit": lambda: reg.partial_fit(X, y),
+        "resident": lambda: reg.resident(),
+        "prune": lambda: reg.prune(0.1),
+    }[method]
+    reg.set_params(**{param: value})
+    with pytest.raises(ValueError, match=f"'{param}' parameter of SparseNetRegressor must be"):
+        call()
+    reg.set_params(**{param: SparseNetRegressor().get_params()[param] if param != "device" else device})
+    np.testing.assert_array_equal(to_host(reg.predict(X)), expected)
+
+
+def test_hidden_layer_sizes_set_after_fit_are_refused_at_predict(rng):
+    reg, X, _ = _small_fit(rng)
+    reg.hidden_layer_sizes = [6, 0]  # an array-like, so only the estimator's own check sees it
+    with pytest.raises(ValueError, match="hidden_layer_sizes must hold integers >= 1"):
+        reg.predict(X)
+    reg.hidden_layer_sizes[1] = 3
+    assert reg.predict(X).shape == (X.shape[0],)
+
+
+def test_failed_fit_with_too_few_targets_keeps_the_previous_model(device, rng):
+    reg, X, y = _small_fit(rng, device)
+    before = to_host(reg.predict(X)).copy()
+    curve = list(reg.loss_curve_)
+    with pytest.raises(ValueError, match="inconsistent numbers of samples"):
+        reg.fit(X, y[:-1])
+    np.testing.assert_array_equal(to_host(reg.predict(X)), before)
+    assert reg.loss_curve_ == curve
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "timedelta64[ms]"])
+def test_dates_and_time_spans_are_refused_naming_the_dtype(rng, dtype):
+    reg, X, y = _small_fit(rng)
+    T = (np.abs(X) * 1000).astype(np.int64).astype(dtype)
+    kind = dtype.split("[")[0]
+    with pytest.raises(ValueError, match=rf"X has dtype {kind}.*not numeric features"):
+        SparseNetRegressor(max_iter=1, device="cpu").fit(T, y)
+    with pytest.raises(ValueError, match=rf"X has dtype {kind}"):
+        reg.predict(T)
+    with pytest.raises(ValueError, match=rf"y has dtype {kind}"):
+        SparseNetRegressor(max_iter=1, device="cpu").fit(X, (y * 1000).astype(np.int64).astype(dtype))
+
+
+@pytest.mark.parametrize("topology", ["prune", "random"])
+def test_n_iter_counts_the_epochs_max_iter_bounds(rng, topology):
+    """``max_iter`` bounds the dense phase of 'prune' (the fine-tuning rounds have their own
+    budget, ``fine_tune_iter``): ``n_iter_`` counts those epochs, never more than ``max_iter``."""
+    X = rng.standard_normal((60, 5))
+    y = X[:, 0] * X[:, 1]
+    reg = SparseNetRegressor(
+        topology, hidden_layer_sizes=(8,), n_hidden=8, max_iter=30, tol=0.0, random_state=0, device="cpu"
+    ).fit(X, y)
+    assert reg.n_iter_ == 30
+    fine = 4 * (30 // 4) if topology == "prune" else 0  # four rounds of max(1, max_iter // 4) epochs
+    assert reg.n_fine_tune_iter_ == fine
+    assert len(reg.loss_curve_) == reg.n_iter_ + reg.n_fine_tune_iter_
+    reg.partial_fit(X, y)
+    assert reg.n_iter_ == 1 and reg.n_fine_tune_iter_ == 0
+
+
+def test_convergence_warning_only_when_max_iter_ends_training(rng):
+    X = rng.standard_normal((60, 5))
+    y = X[:, 0] * X[:, 1]
+    params = dict(hidden_layer_sizes=(8,), n_prune_steps=2, random_state=0, device="cpu")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        SparseNetRegressor(max_iter=3, fine_tune_iter=3, tol=0.0, **params).fit(X, y)
+        SparseNetRegressor(max_iter=1, tol=0.0, **params).fit(X, y)  # one epoch is a limit too
+        SparseNetRegressor(max_iter=50, tol=1e9, n_iter_no_change=2, **params).fit(X, y)  # converged
+        SparseNetRegressor(max_iter=3, **params).partial_fit(X, y)  # one epoch by definition
+    conv = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert len(conv) == 2, conv  # once per fit stopped by max_iter, not once per fine-tuning round
+    assert "maximum iterations (3)" in conv[0] and "maximum iterations (1)" in conv[1]

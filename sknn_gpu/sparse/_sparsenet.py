@@ -35,7 +35,7 @@ from .._backend import (
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
-from ..base import DeviceMixin, DeviceRegressorMixin
+from ..base import DeviceMixin, DeviceRegressorMixin, reject_time_dtypes, validates_params
 from ._activations import (
     ACTIVATIONS,
     CODE_TO_NAME,
@@ -157,11 +157,16 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         Edges of the dense network before pruning (``'prune'`` only).
     loss_curve_ : list of float
         Training loss (half mean squared error on standardised targets plus the
-        L2 term) per epoch.
+        L2 term) per epoch: those of the dense phase, then those of the fine-tuning
+        rounds for ``'prune'``.
     best_validation_score_ : float or None
         Best validation R² when ``early_stopping``.
     n_iter_ : int
-        Epochs run by the last ``fit``.
+        Epochs run by the last ``fit`` in the training that ``max_iter`` bounds (for
+        ``'prune'``: the dense phase), at most ``max_iter``; 1 after ``partial_fit``.
+    n_fine_tune_iter_ : int
+        Epochs run by the last ``fit`` in the fine-tuning rounds of ``'prune'`` (0
+        otherwise); ``len(loss_curve_)`` grows by ``n_iter_ + n_fine_tune_iter_``.
     n_outputs_ : int
         Number of targets.
     device_ : str
@@ -280,6 +285,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         return tags
 
     # ------------------------------------------------------------------ public API
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> SparseNetRegressor:
         """Build the topology (unless ``warm_start``) and train it.
@@ -318,6 +324,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         """
         return self._fit(X, y, incremental=False, sample_weight=sample_weight)
 
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(
         self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None
@@ -342,6 +349,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         """
         return self._fit(X, y, incremental=True, sample_weight=sample_weight)
 
+    @validates_params
     @dask_rows(_prediction_shape)
     def predict(self, X: ArrayLike) -> Array:
         """Predict with the trained graph.
@@ -370,6 +378,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         else:
             Xv = self._unchanged_host_X(X)
             if Xv is None:
+                reject_time_dtypes(X)
                 Xv = validate_data(self, X, reset=False, dtype=np.float64)
         if self._host_mapped_predict(X, Xv):  # a few NumPy rows on the GPU: no copies, no allocation
             out = engine("cuda").forward_host(self.graph_, Xv)
@@ -384,6 +393,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             out = out[:, 0]
         return self._output(out, X)
 
+    @validates_params
     def resident(self, idle_timeout: float = 0.01) -> contextlib.AbstractContextManager:
         """Keep the trained graph's forward kernel resident on the GPU while a block of
         one-row predictions runs (:meth:`SparseGraph.resident <sknn_gpu.sparse.SparseGraph.resident>`).
@@ -423,6 +433,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         check_is_fitted(self, "graph_")
         return self.graph_.resident(idle_timeout, device=self.device_)
 
+    @validates_params
     def prune(self, amount: float) -> SparseNetRegressor:
         """Remove the ``round(amount * n_edges_)`` smallest-magnitude edges of the fitted graph.
 
@@ -574,6 +585,11 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         xp = array_module(X)
         return 0.5 * (1.0 + xp.tanh(0.5 * X))  # 1 / (1 + exp(-x)) without overflow
 
+    def _cross_check_params(self):
+        """What ``_parameter_constraints`` cannot say (run by :func:`~sknn_gpu.base.validates_params`
+        at every public method): each entry of ``hidden_layer_sizes`` is an integer >= 1."""
+        self._hidden_sizes()
+
     def _hidden_sizes(self):
         """``hidden_layer_sizes`` as a list of ints; a clear ValueError for anything else."""
         h = self.hidden_layer_sizes
@@ -610,7 +626,9 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
 
     def _validate_xy(self, X, y, reset):
         """Validated float64 ``(X, y)``: CuPy ``X`` on the GPU (no host copy), else on the host."""
+        reject_time_dtypes(y, "y")
         if not is_device_array(X):
+            reject_time_dtypes(X)
             y = to_host(y) if is_device_array(y) else y
             return validate_data(self, X, y, reset=reset, multi_output=True, y_numeric=True, dtype=np.float64)
         X = self._check_device_X(X, reset=reset).astype(np.float64, copy=False)
@@ -692,6 +710,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         xp = get_xp(device)
         max_iter = 1 if incremental else int(self.max_iter)
         self.n_iter_ = 0
+        self.n_fine_tune_iter_ = 0
 
         if first:
             topo = self.topology
@@ -718,7 +737,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         else:
             graph = self.graph_
         model = SparseModel(graph, device)
-        self._train(model, X, self._standardise(y2), rng, max_iter, xp)
+        self._train(model, X, self._standardise(y2), rng, max_iter, xp, limited=not incremental)
         self._set_graph(model.to_graph())
         del self._sw
         return self
@@ -730,7 +749,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         ys = self._standardise(y2)
         model = DenseMasked(sizes, ACTIVATIONS[self.activation], float(self.slope), rng, xp)
         self.n_dense_edges_ = model.n_alive()
-        self._train(model, X, ys, rng, max_iter, xp)
+        self._train(model, X, ys, rng, max_iter, xp, limited=not incremental)
         steps = 1 if incremental else int(self.n_prune_steps)
         if incremental:
             ft = 0
@@ -741,7 +760,8 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             frac = float(self.density) ** (s / steps)
             model.prune_to(int(round(n0 * frac)) if s < steps else int(round(n0 * self.density)))
             if ft:
-                self._train(model, X, ys, rng, ft, xp, phase=f"fine-tuning, pruning round {s}/{steps}")
+                phase = f"fine-tuning, pruning round {s}/{steps}"
+                self._train(model, X, ys, rng, ft, xp, phase=phase, counter="n_fine_tune_iter_")
         self._set_graph(model.to_graph(float(self.slope)))
 
     def _standardise(self, y2):
@@ -766,8 +786,14 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         scale[scale < 1e-12] = 1.0
         return to_host(mean), scale
 
-    def _train(self, model, X, ys, rng, n_epochs, xp, phase=None):
-        """Minibatch training loop shared by the dense (prune) and sparse models."""
+    def _train(self, model, X, ys, rng, n_epochs, xp, phase=None, counter="n_iter_", limited=False):
+        """Minibatch training loop shared by the dense (prune) and sparse models.
+
+        Runs at most ``n_epochs`` epochs, counting them in the attribute ``counter``
+        (``n_iter_``, or ``n_fine_tune_iter_`` for the fine-tuning rounds). ``limited``: the
+        loop is the training that ``max_iter`` bounds, so ending it without converging
+        warns (ConvergenceWarning), as scikit-learn's MLP does.
+        """
         n = X.shape[0]
         sw = getattr(self, "_sw", None)  # host weights, or None (unweighted: the original arithmetic)
         val = None
@@ -837,7 +863,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                     "to a moderate range."
                 )
             self.loss_curve_.append(epoch_loss)
-            self.n_iter_ += 1
+            setattr(self, counter, getattr(self, counter) + 1)
             if val is not None:
                 pred = to_host(model.forward(val[0]))
                 if sw_val is None:
@@ -873,7 +899,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
         bar.close(**({"loss": self.loss_curve_[-1]} if self.loss_curve_ else {}))
         if val is not None and best_params is not None:
             model.params[:] = best_params
-        if not converged and n_epochs == self.max_iter and n_epochs > 1:
+        if limited and not converged:
             warnings.warn(
                 f"SparseNetRegressor: maximum iterations ({n_epochs}) reached and the optimisation "
                 "has not converged yet.",
