@@ -1,8 +1,10 @@
-"""The paper reproduction scripts (``benchmarks/reproduce``): every ``repro_*.py --quick`` runs on
-the CPU and prints ours-vs-paper tables; the shared helpers and ``run_all.py`` behave.
+"""The paper reproduction scripts (``benchmarks/reproduce``): every ``repro_*.py --smoke`` (the
+``--quick`` code on the smallest inputs) runs on the CPU and prints ours-vs-paper tables; the shared
+helpers and ``run_all.py`` behave.
 
 The scripts run once per session, two at a time (each in its own process), and the per-script
-tests read their captured output.
+tests read their captured output. No subprocess has a tight time limit: on a busy machine the runs
+are slow, not wrong (the limit only ends a hung script).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+#: seconds before a hung subprocess is killed; far above a run on a loaded 2-core machine
+HUNG = 1800
 REPRO = ROOT / "benchmarks" / "reproduce"
 SCRIPTS = sorted(REPRO.glob("repro_*.py"))
 sys.path.insert(0, str(REPRO))
@@ -41,18 +45,18 @@ def _env():
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-    """{script stem: (returncode, stdout, stderr, plots dir)} of every script run with --quick on CPU."""
+    """{script stem: (returncode, stdout, stderr, plots dir)} of every script run with --smoke on CPU."""
     base = tmp_path_factory.mktemp("repro")
 
     def run(script):
         plots = base / script.stem
         proc = subprocess.run(
-            [sys.executable, str(script), "--quick", "--device", "cpu", "--plots", str(plots)],
+            [sys.executable, str(script), "--smoke", "--device", "cpu", "--plots", str(plots)],
             cwd=ROOT,
             env=_env(),
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=HUNG,
         )
         return script.stem, (proc.returncode, proc.stdout, proc.stderr, plots)
 
@@ -83,8 +87,9 @@ def test_scripts_are_discovered():
 @pytest.mark.parametrize("script", [s.stem for s in SCRIPTS])
 def test_quick_run_prints_ours_vs_paper_tables(runs, script):
     rc, out, err, plots = runs[script]
-    assert rc == 0, f"{script} --quick failed:\n{err[-3000:]}"
+    assert rc == 0, f"{script} --smoke failed:\n{err[-3000:]}"
     assert re.search(r"^## \S", out, flags=re.M), "no '## <paper title>' heading"
+    assert "Run: smoke" in out, "the script did not take --smoke"
     found = tables(out)
     assert found, "no markdown table printed"
     with_paper = [(cols, n) for cols, n in found if any("paper" in c.lower() for c in cols)]
@@ -134,6 +139,12 @@ def test_paper_table_refuses_tables_without_ours_or_paper():
 def test_parse_args_and_save_plot(tmp_path):
     args = _common.parse_args("d", ["--quick", "--plots", str(tmp_path / "p"), "--device", "cpu"])
     assert args.quick and args.resolved_device == "cpu" and args.gpu is False
+    assert not args.smoke and _common.sized(args, "full", "quick", "smoke") == "quick"
+    smoke = _common.parse_args("d", ["--smoke"])
+    assert smoke.smoke and smoke.quick  # --smoke implies --quick
+    assert _common.sized(smoke, "full", "quick", "smoke") == "smoke"
+    assert _common.sized(smoke, "full", "quick") == "quick"  # no smoke size: the quick one
+    assert _common.sized(_common.parse_args("d", []), "full", "quick", "smoke") == "full"
     assert args.plots == tmp_path / "p"
     assert _common.new_figure(_common.parse_args("d", [])) == (None, None)  # no --plots: no figure
     assert _common.save_plot(None, tmp_path, "x") is None
@@ -194,7 +205,7 @@ def test_run_all_concatenates_and_fails_when_one_script_fails(tmp_path):
         "--scripts-dir",
         str(scripts),
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=HUNG)
     assert proc.returncode == 1
     assert "repro_b_bad.py" in proc.stderr
     report = out.read_text()
@@ -204,6 +215,6 @@ def test_run_all_concatenates_and_fails_when_one_script_fails(tmp_path):
     assert "flags: --quick --device auto --plots" in report  # flags passed through
     # only the passing script: exit 0
     proc = subprocess.run(
-        cmd + ["--only", "ok"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=60
+        cmd + ["--only", "ok"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=HUNG
     )
     assert proc.returncode == 0, proc.stderr

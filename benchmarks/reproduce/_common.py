@@ -7,14 +7,17 @@ Every script follows one interface::
 It prints markdown (a ``## <paper title>`` heading, then tables with an ``ours`` and a
 ``paper`` column and a ``differs because`` column), saves PNG plots into ``DIR`` when
 ``--plots`` is given, and exits 0.  ``--quick`` is the CI size (seconds on a 2-core CPU);
-without it the sizes are the paper's (minutes on the H100).
+without it the sizes are the paper's (minutes on the H100).  ``--smoke`` (the test suite's
+size, implies ``--quick``) runs every step on the smallest inputs that exercise it: it
+checks that the script runs end to end, and its numbers mean nothing.
 
-* :func:`parse_args` -- the three flags; the namespace also carries ``resolved_device``
+* :func:`parse_args` -- the flags; the namespace also carries ``resolved_device``
   (``'cpu'`` or ``'cuda'``) and ``gpu`` (bool).
 * :func:`paper_table` -- a markdown table of ours beside the paper's figures.
 * :func:`new_figure` / :func:`save_plot` -- matplotlib figures only when ``--plots`` was
   given and matplotlib imports (the accelerator image may lack it: a note is printed then).
 * :func:`heading` -- the ``## title`` line plus the environment line of the benchmark harness.
+* :func:`sized` -- pick a size for the full, ``--quick`` and ``--smoke`` runs.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = [
     "paper_table",
     "parse_args",
     "save_plot",
+    "sized",
 ]
 
 #: Folder holding the seed papers the "paper" columns quote from.
@@ -51,9 +55,10 @@ DIFFERS = "differs because"
 
 
 def parse_args(description, argv=None):
-    """Parse ``--quick``, ``--plots DIR`` and ``--device {auto,cpu,cuda}``.
+    """Parse ``--quick``, ``--smoke``, ``--plots DIR`` and ``--device {auto,cpu,cuda}``.
 
-    Returns an :class:`argparse.Namespace` with ``quick`` (bool), ``plots``
+    Returns an :class:`argparse.Namespace` with ``quick`` and ``smoke`` (bool; ``--smoke``
+    sets ``quick`` too), ``plots``
     (:class:`~pathlib.Path` or None), ``device`` (as given), and two derived fields:
     ``resolved_device`` (``'cuda'`` when a usable GPU is present and the device is
     ``'auto'`` or ``'cuda'``, else ``'cpu'``) and ``gpu`` (``resolved_device == 'cuda'``).
@@ -61,6 +66,12 @@ def parse_args(description, argv=None):
     """
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="CI-size run (seconds on a 2-core CPU)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the smallest inputs that run every step (the test suite's size; implies --quick; "
+        "the numbers mean nothing)",
+    )
     p.add_argument(
         "--plots",
         type=Path,
@@ -75,6 +86,7 @@ def parse_args(description, argv=None):
         help="device of our estimators' GPU rows (CPU rows always run on the CPU)",
     )
     args = p.parse_args(argv)
+    args.quick = args.quick or args.smoke
     from sknn_gpu._backend import cuda_available
 
     has_gpu = args.device != "cpu" and cuda_available()
@@ -85,12 +97,23 @@ def parse_args(description, argv=None):
     return args
 
 
+def sized(args, full, quick, smoke=None):
+    """The size for this run: ``smoke`` under ``--smoke`` (when given), ``quick`` under
+    ``--quick``, else ``full``."""
+    if smoke is not None and getattr(args, "smoke", False):
+        return smoke
+    return quick if args.quick else full
+
+
 def heading(title, args=None):
     """Print the ``## title`` heading, the environment line and the run's size/device."""
     print(f"## {title}\n", flush=True)
     print(environment_header(), flush=True)
     if args is not None:
-        size = "quick (CI size)" if args.quick else "full (paper size)"
+        if getattr(args, "smoke", False):
+            size = "smoke (test size: checks that every step runs; the numbers mean nothing)"
+        else:
+            size = "quick (CI size)" if args.quick else "full (paper size)"
         print(f"\nRun: {size}, device {args.resolved_device}.\n", flush=True)
 
 

@@ -19,7 +19,8 @@
   only, so its column is qualitative.
 
 ``--quick`` runs the same code on the same two sizes with fewer timing repeats and
-one photo in the quality table (a few seconds on a 2-core CPU).
+one photo in the quality table (a few seconds on a 2-core CPU). ``--smoke`` times each
+row once and draws Fig. 1 and the quality table from camera at 64x64.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, when imported from elsewhere
 
 import numpy as np  # noqa: E402
-from _common import fmt_time, heading, new_figure, paper_table, parse_args, save_plot  # noqa: E402
+from _common import fmt_time, heading, new_figure, paper_table, parse_args, save_plot, sized  # noqa: E402
 from _harness import time_cpu, time_gpu  # noqa: E402
 from bench_dtcnn import bayer, floyd_steinberg  # noqa: E402
 
@@ -81,8 +82,9 @@ def _grey(rgb):
     return (rgb2gray(rgb) * 255).round().astype(np.uint8)
 
 
-def photos(quick):
-    """Real grey photos: camera at 256^2 (Lanczos) and 512^2; in full mode three more 512-ish ones."""
+def photos(quick, smoke=False):
+    """Real grey photos: camera at 256^2 (Lanczos) and 512^2; in full mode three more 512-ish ones;
+    with ``smoke`` camera at 64^2 too."""
     from PIL import Image
     from skimage import data
 
@@ -91,6 +93,8 @@ def photos(quick):
         "camera 256²": np.asarray(Image.fromarray(cam).resize((256, 256), Image.LANCZOS)),
         "camera 512²": cam,
     }
+    if smoke:
+        out["camera 64²"] = np.asarray(Image.fromarray(cam).resize((64, 64), Image.LANCZOS))
     if not quick:
         from sklearn.datasets import load_sample_images
 
@@ -149,7 +153,7 @@ def _fig1_rows(args, img, label, params):
     return rows, outs, quality
 
 
-def fig1(args, img):
+def fig1(args, img, photo="camera 256²"):
     """Async vs sync on one photo, for our default network and the paper's layout: table + plot.
 
     The verdict can fail: async must converge, and sync must stay at least 10 dB
@@ -168,7 +172,7 @@ def fig1(args, img):
     fs = floyd_steinberg(img)
     print(
         paper_table(
-            "Fig. 1: asynchronous vs synchronous DT-CNN (camera 256²)",
+            f"Fig. 1: asynchronous vs synchronous DT-CNN ({photo})",
             rows,
             ["network", "mode", "ours: state after max_iter=30", "ours HVS-PSNR", "paper", "differs because"],
         )
@@ -290,7 +294,7 @@ def _paper_order_claims(side, times):
 
 def timing_table(args, side, img):
     """Table 1 (256^2) or 2 (512^2): the paper's rows with ours beside, then our own schedules."""
-    repeat = 3 if args.quick else 7
+    repeat = sized(args, 7, 3, 1)
     paper_gpu_best = min(r[2] for r in PAPER_TABLES[side])
     paper_cpu = _paper_cpu(side)
     cols = ["implementation", "ours time", "ours speed-up", "paper time", "paper speed-up", "differs because"]
@@ -415,11 +419,12 @@ def main(argv=None):
     args = parse_args(__doc__.splitlines()[0], argv)
     t0 = time.perf_counter()
     heading(TITLE, args)
-    imgs = photos(args.quick)
-    fig1(args, imgs["camera 256²"])
+    imgs = photos(args.quick, smoke=args.smoke)
+    small = "camera 64²" if args.smoke else "camera 256²"
+    fig1(args, imgs[small], small)
     for side in (256, 512):
         timing_table(args, side, imgs[f"camera {side}²"])
-    quality_table(args, imgs)
+    quality_table(args, {small: imgs[small]} if args.smoke else imgs)
     print(
         "Notes: the paper's CPU times are derived as GPU time × speed-up (its tables give only "
         "those two). Its 3x3 halftoning templates [Ikegami & Tanaka 1994] are not printed in "

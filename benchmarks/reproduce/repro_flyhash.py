@@ -331,7 +331,14 @@ def main(argv=None):
         "input; CPU: wall time). Data: uniform [0, 1) float32 of the datasets' shapes.\n"
     )
     res = {}
-    if args.quick:
+    if args.smoke:
+        res["FashionMNIST"] = fig4(
+            args, "FashionMNIST (smoke: 100 rows, h=4 instead of 32)", 100, 784, 4, 100, 100
+        )
+        res["CIFAR-10"] = fig4(args, "CIFAR-10 (smoke: 20 rows, h=1 instead of 32)", 20, 3072, 1, 20, 20)
+        fig5(args, range(1, 6), 32, h=4)
+        halvings(args, 200, 250, 1_000, (8, 16, 32, 64, 278))
+    elif args.quick:
         res["FashionMNIST"] = fig4(args, "FashionMNIST (quick: 500 rows)", 500, 784, 32, 500, 500)
         # drawing the paper's CIFAR-10 and sweep projections alone takes seconds on a small CPU:
         # the quick run shrinks the hash factor there (stated in the titles)

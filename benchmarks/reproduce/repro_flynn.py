@@ -231,7 +231,11 @@ def main(argv=None):
         f"Paper claims are as stated in {SRC}; the FlyNN papers' own numbers are not quoted "
         "(they are not in the project's paper folder).\n"
     )
-    if args.quick:
+    if args.smoke:
+        accuracy_vs_knn(args, 1)
+        federated(args, ((2, "IID"), (3, "label-skewed")), args.resolved_device)
+        privacy(args, (1, 256), (16,), 1)
+    elif args.quick:
         accuracy_vs_knn(args, 2)
         federated(args, ((3, "IID"), (5, "label-skewed")), args.resolved_device)
         privacy(args, (1, 16, 256), (16, 64), 2)

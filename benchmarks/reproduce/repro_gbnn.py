@@ -14,8 +14,9 @@ neural networks* (gbnn-associative-memory-gpu.md) with :class:`sknn_gpu.memory.G
 * Fig. 14: time and rate per rule vs erased clusters, Scenarios 1 and 2.
 
 The paper's figures are bar and line plots; only the values its text states are quoted
-(``—`` elsewhere). ``--quick`` probes fewer messages (stated in each title); full size uses the
-paper's sizes (CPU-only full runs subsample the Scenario 2 sweep, stated in its title).
+(``—`` elsewhere). ``--quick`` probes fewer messages (``--smoke`` fewer still; stated in each
+title); full size uses the paper's sizes (CPU-only full runs subsample the Scenario 2 sweep,
+stated in its title).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from _common import fmt_time, heading, new_figure, paper_table, parse_args, save_plot
+from _common import fmt_time, heading, new_figure, paper_table, parse_args, save_plot, sized
 from _harness import time_gpu
 from bench_gbnn import dense_peer, dense_weights, make_data
 
@@ -746,7 +747,7 @@ def main(argv=None):
     heading(TITLE, args)
     dev = args.resolved_device
     quick = args.quick
-    k1 = 1_000 if quick else 3_000
+    k1 = sized(args, 3_000, 1_000, 200)
     print(
         "Retrieval rate = fraction of probes completed exactly. Probes are stored messages with "
         "randomly chosen clusters erased. Rates do not depend on the device (CPU and GPU are "
@@ -755,11 +756,15 @@ def main(argv=None):
     s1 = sweep(8, 128, 5_000, k1, range(1, 8), dev)
     fig9(args, s1, k1)
     fig10(
-        args, dev, 500 if quick else 3_000, (3, 4, 5, 6) if quick else range(1, 8), (0.0, 1.0, 2.0, 3.0, 4.0)
+        args,
+        dev,
+        sized(args, 3_000, 500, 100),
+        sized(args, range(1, 8), (3, 4, 5, 6), (4, 5)),
+        (0.0, 1.0, 2.0, 3.0, 4.0),
     )
     oscillation("cpu")
-    fig11(args, 1_000 if quick else 30_000, 50_000, args.gpu, 100 if quick else 1_000)
-    fig12(args, 1_000 if quick else 30_000, 50_000)
+    fig11(args, sized(args, 30_000, 1_000, 200), 50_000, args.gpu, sized(args, 1_000, 100, 20))
+    fig12(args, sized(args, 30_000, 1_000, 200), 50_000)
     fig14(
         args,
         s1,
@@ -768,7 +773,7 @@ def main(argv=None):
         None,
     )
     if quick:
-        k2, es2 = 300, (1, 7, 13, 14)
+        k2, es2 = sized(args, None, (300, (1, 7, 13, 14)), (100, (1, 14)))
     elif args.gpu:
         k2, es2 = 30_000, range(1, 16)
     else:

@@ -22,7 +22,7 @@
   offline here, and the timing does not depend on the pixel values). Slow rows run on
   a subset and are scaled to 60,000 samples (the row says so).
 
-``--quick`` runs the same code on fewer shapes, fewer N and smaller subsets.
+``--quick`` runs the same code on fewer shapes, fewer N and smaller subsets (``--smoke``: two N).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, when imported from elsewhere
 
 import numpy as np  # noqa: E402
-from _common import fmt_time, heading, new_figure, paper_table, parse_args, save_plot  # noqa: E402
+from _common import fmt_time, heading, new_figure, paper_table, parse_args, save_plot, sized  # noqa: E402
 from _harness import time_call, time_cpu, time_gpu  # noqa: E402
 from bench_mlp import TABLE1, TABLE2, _cublas  # noqa: E402
 
@@ -889,12 +889,12 @@ def fig3(args):
     n_data = 2_000 if args.quick else n_total
     X = rng.random((n_data, 784), dtype=np.float32)
     y = rng.integers(0, 10, n_data)
-    Ns = [10, 80, 320] if args.quick else [10, 20, 40, 80, 160, 320, 640, 1280]
+    Ns = sized(args, [10, 20, 40, 80, 160, 320, 640, 1280], [10, 80, 320], [10, 80])
     common = dict(solver="sgd", momentum=0.0, learning_rate_init=0.01, max_iter=1, random_state=0, alpha=1e-4)
     n_fwd = 10_000  # MNIST's test set
     rows_e, curves = [], []
     for N in Ns:
-        sub_cpu = 200 if args.quick else (300 if N >= 640 else 1000)
+        sub_cpu = sized(args, 300 if N >= 640 else 1000, 200, 100)
         scale = n_total / sub_cpu
         r = {"N": N}
         t0 = time.perf_counter()

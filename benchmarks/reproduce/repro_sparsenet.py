@@ -24,7 +24,8 @@ smallest one). The generator's count is approximate (duplicate draws are dropped
 deep net needs about one connection per level, so at 50 levels the smallest budgets give
 the same minimal net: such repeats are measured once and listed in the notes.
 
-``--quick`` runs the same code on fewer, smaller networks (seconds on a 2-core CPU).
+``--quick`` runs the same code on fewer, smaller networks (seconds on a 2-core CPU);
+``--smoke`` on three sizes, each timed twice.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # _common, when imported from elsewhere
 
 import numpy as np  # noqa: E402
-from _common import fmt_time, heading, new_figure, paper_table, parse_args, save_plot  # noqa: E402
+from _common import fmt_time, heading, new_figure, paper_table, parse_args, save_plot, sized  # noqa: E402
 from _harness import time_cpu, time_gpu  # noqa: E402
 from bench_sparsenet import neat, neat_network  # noqa: E402
 
@@ -48,6 +49,7 @@ PAPER_HW = "GTX 1080 + Xeon E5-2620"
 
 #: Connection budgets given to ``SparseGraph.random_layered`` (the rows show the count it built).
 SIZES_QUICK = [50, 200, 1_000, 4_000, 16_000, 70_000]
+SIZES_SMOKE = [50, 1_000, 16_000]
 SIZES_FULL = [50, 100, 200, 500, 1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 70_000]
 #: Levels (network depth); the paper's curve mixes depths, ours keeps them apart.
 DEPTHS = [2, 5, 50]
@@ -62,8 +64,8 @@ def measure(args):
     budgets that rebuilt a net already measured at that depth (a deep net needs about one
     connection per level, so small budgets all give the same minimal net).
     """
-    sizes = SIZES_QUICK if args.quick else SIZES_FULL
-    repeat = 5 if args.quick else 10  # the paper: 10 runs (GPU), 5 runs (sequential)
+    sizes = sized(args, SIZES_FULL, SIZES_QUICK, SIZES_SMOKE)
+    repeat = sized(args, 10, 5, 2)  # the paper: 10 runs (GPU), 5 runs (sequential)
     min_time = 0.0 if args.quick else 0.05  # full size: more samples for the µs-scale small nets
     rows, skipped = [], []
     for n_levels in DEPTHS:
