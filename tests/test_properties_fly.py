@@ -14,7 +14,7 @@ on the GPU (CuPy input there).
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import NotFittedError
 
@@ -24,7 +24,6 @@ from sknn_gpu.fly._flynn_cpu import row_normalize
 
 _FLT_MAX = float(np.finfo(np.float32).max)
 _FLT_TINY = float(np.finfo(np.float32).tiny)
-_SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 # --------------------------------------------------------------------------- #
@@ -139,7 +138,7 @@ def test_cuda_subnormal_inputs_and_rows_match_the_cpu(dtype):
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # sklearn's sum over inf input
-@settings(max_examples=150, **_SETTINGS)
+@settings(max_examples=150)
 @given(case=_hash_case())
 def test_flyhash_exactly_k_ones_and_equal_to_reference(device, case):
     n, d, m, k, s, dtype, layout, exponent, kind, seed = case
@@ -177,7 +176,7 @@ def _federation(draw):
     return n, d, n_classes, n_parties, str_labels, gamma, exponent, seed
 
 
-@settings(max_examples=40, **_SETTINGS)
+@settings(max_examples=40)
 @given(case=_federation())
 def test_merged_parties_equal_pooled_fit_and_naive_count(device, case):
     n, d, n_classes, n_parties, str_labels, gamma, exponent, seed = case

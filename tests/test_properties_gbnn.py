@@ -10,18 +10,17 @@ device (the cuda twin passes CuPy arrays).
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import NotFittedError
 
 from sknn_gpu._backend import InsufficientMemoryError, to_host
 from sknn_gpu.memory import GBNNMemory
 
-# Each new (C, L, rule) compiles a kernel on the GPU twin: fewer examples where the device varies.
-SETTINGS = settings(
-    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
-CPU_SETTINGS = settings(max_examples=80, deadline=None)
+# Each new (C, L, rule) compiles a kernel on the GPU twin: fewer examples where the device varies
+# (and conftest gives the cuda twin a quarter of them).
+SETTINGS = settings(max_examples=30)
+CPU_SETTINGS = settings(max_examples=80)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -13,7 +13,7 @@
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
@@ -21,7 +21,7 @@ from sknn_gpu._backend import InsufficientMemoryError
 from sknn_gpu.halftone import DTCNNHalftoner
 from sknn_gpu.halftone._images import from_stack, image_layout, to_stack
 
-SETTINGS = dict(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = dict(max_examples=80)
 
 #: Values a float image may hold, extremes included.
 _UNIT = st.one_of(

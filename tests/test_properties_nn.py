@@ -19,7 +19,7 @@ import warnings
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
 
@@ -27,7 +27,7 @@ from sknn_gpu import GPUMLPClassifier, InsufficientMemoryError
 from sknn_gpu._backend import get_xp, to_host
 from sknn_gpu.linalg import gemv, ger
 
-SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture], derandomize=True)
+SETTINGS = dict(derandomize=True)
 
 #: decimal exponents of the operands' scales: their products stay normal numbers
 _EXP = {np.float32: 12, np.float64: 120}

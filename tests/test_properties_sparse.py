@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning
 from test_sparse_graph import assert_same_graph, former_random_graph
@@ -32,7 +32,7 @@ BOUNDED = [
 # are left out: chains of them overflow and the comparison would be inf against inf)
 MODERATE = BOUNDED + [ACTIVATIONS[a] for a in ("identity", "relu", "elu", "lelu", "selu", "softplus", "abs")]
 
-FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=80)
 
 
 def on_device(X, device):
@@ -130,7 +130,7 @@ def test_extreme_magnitudes_stay_finite_through_bounded_activations(device, spec
     np.testing.assert_allclose(got, naive_forward(g, X), rtol=1e-9, atol=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(
     spec=graphs,
     layout=st.sampled_from(["float32", "int32", "bool", "fortran", "strided", "readonly", "list"]),
@@ -157,7 +157,7 @@ def test_every_dtype_and_layout_gives_the_float64_result(spec, layout):
 
 
 # ----------------------------------------------------------------------------- random_dag
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(
     n_in=st.integers(1, 6),
     n_out=st.integers(1, 3),
@@ -174,7 +174,7 @@ def test_random_dag_is_the_former_construction(n_in, n_out, n_hidden, density, s
 
 
 # ----------------------------------------------------------------------------- the estimator
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(
     n=st.integers(12, 60),
     n_features=st.integers(1, 5),
