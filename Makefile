@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test test-fast docs docs-check lint format gpu-check bench clean
+.PHONY: demo test test-fast docs docs-check lint format gpu-check gpu-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,10 @@ format: $(VENV)/.dev-installed
 # on the accelerator machine (CuPy preinstalled there): cuda tests + all benchmarks
 gpu-check:
 	bash scripts/gpu_check.sh
+
+# on the accelerator machine (CuPy preinstalled, no venv): the cuda-marked tests alone, slowest ten listed
+gpu-test:
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pytest -q -p no:cacheprovider -m cuda --durations=10 tests
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/run_all.py --quick
