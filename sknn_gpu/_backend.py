@@ -22,6 +22,11 @@ from typing import Any, NamedTuple
 import numpy as np
 import scipy.sparse as sp
 
+try:  # POSIX only: the process's resource limits
+    import resource
+except ImportError:  # pragma: no cover - Windows
+    resource = None
+
 __all__ = [
     "VALID_DEVICES",
     "InsufficientMemoryError",
@@ -472,16 +477,72 @@ def _host_available_bytes() -> int:
         return 2**62
 
 
+def _address_space_used() -> int:
+    """This process's virtual size in bytes (``VmSize``; 0 where it cannot be read)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _address_space_limit() -> int | None:
+    """The soft address-space limit of this process (``RLIMIT_AS``, ``ulimit -v``) in bytes,
+    or None when there is none (unlimited, or no ``resource`` module on this platform)."""
+    if resource is None:
+        return None
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (OSError, ValueError, AttributeError):  # pragma: no cover - platforms without RLIMIT_AS
+        return None
+    if soft is None or soft == resource.RLIM_INFINITY or soft < 0:
+        return None
+    return int(soft)
+
+
+def _address_space_left() -> tuple[int, int] | None:
+    """``(limit, bytes it leaves above this process's virtual size)``, or None without a limit."""
+    limit = _address_space_limit()
+    if limit is None:
+        return None
+    return limit, max(0, limit - _address_space_used())
+
+
+def _host_free_bytes() -> int:
+    """The smaller of MemAvailable and what ``RLIMIT_AS`` leaves above this process's
+    virtual size: a process started under ``ulimit -v`` gets MemoryError long before the
+    machine runs out of memory."""
+    avail = _host_available_bytes()
+    left = _address_space_left()
+    return avail if left is None else min(avail, left[1])
+
+
+def _host_limit_note(avail) -> str:
+    """Why only ``avail`` bytes are free on the host, when the address-space limit says so."""
+    left = _address_space_left()
+    if left is None or left[1] > avail:
+        return ""
+    limit, room = left
+    return (
+        f" (the process's address-space limit (RLIMIT_AS) of {limit} bytes ({_fmt_bytes(limit)}) "
+        f"of which it already uses {limit - room} bytes ({_fmt_bytes(limit - room)}))"
+    )
+
+
 def free_memory(device: str) -> int:
     """Bytes that can be allocated now on ``device``.
 
     On CUDA this is the driver's free memory plus what CuPy's memory pool holds
     but does not use, capped by the pool's limit when one is set
     (``cupy.get_default_memory_pool().set_limit``); on the CPU it is the kernel's
-    MemAvailable.
+    MemAvailable, or what the process's address-space limit (``RLIMIT_AS``, set by
+    ``ulimit -v``) leaves above its current virtual size when that is smaller.
     """
     if _resolved(device) == "cpu":
-        return _host_available_bytes()
+        return _host_free_bytes()
     cupy = get_cupy()
     free, _total = cupy.cuda.runtime.memGetInfo()
     pool = cupy.get_default_memory_pool()
@@ -536,7 +597,8 @@ def check_memory(
     Raises
     ------
     InsufficientMemoryError
-        Naming the bytes needed and the bytes available.
+        Naming the bytes needed and the bytes available (and, on the host, the
+        address-space limit when that is what binds).
     """
     n_bytes = int(n_bytes)
     if n_bytes < 0:
@@ -545,9 +607,10 @@ def check_memory(
         return n_bytes
     avail = free_memory(device)
     if n_bytes > headroom * avail:
+        why = _host_limit_note(avail) if device == "cpu" else ""
         raise InsufficientMemoryError(
             f"{what} needs {n_bytes} bytes ({_fmt_bytes(n_bytes)}) on {device}, but only "
-            f"{avail} bytes ({_fmt_bytes(avail)}) are free; use smaller batches or a smaller "
+            f"{avail} bytes ({_fmt_bytes(avail)}) are free{why}; use smaller batches or a smaller "
             f"configuration."
         )
     return n_bytes

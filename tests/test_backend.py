@@ -628,3 +628,45 @@ def test_reject_time_dtypes_reads_data_frame_columns_and_lets_numbers_through():
         reject_time_dtypes(_Polars())
     for ok in (np.ones((2, 2)), np.ones(3, dtype=np.int8), sp.csr_matrix(np.eye(2)), [[1, 2]], [[1], [1, 2]]):
         assert reject_time_dtypes(ok) is None
+
+
+# ------------------------------------------------------------ the process's address-space limit
+def _address_space_limit(monkeypatch, soft):
+    """Make ``resource.getrlimit(RLIMIT_AS)`` report ``soft`` bytes (other limits as they are)."""
+    resource = pytest.importorskip("resource")
+    real = resource.getrlimit
+    fake = lambda which: (soft, resource.RLIM_INFINITY) if which == resource.RLIMIT_AS else real(which)
+    monkeypatch.setattr(resource, "getrlimit", fake)
+    return resource
+
+
+def test_check_memory_refuses_work_beyond_the_address_space_limit(monkeypatch):
+    used = _backend._address_space_used()
+    assert used > 0  # this process's virtual size
+    limit = used + (256 << 20)  # room for 256 MiB more, far below MemAvailable on any test box
+    _address_space_limit(monkeypatch, limit)
+    assert free_memory("cpu") <= 256 << 20
+    assert check_memory(64 << 20, "cpu") == 64 << 20
+    with pytest.raises(InsufficientMemoryError, match=rf"address-space limit \(RLIMIT_AS\) of {limit} bytes"):
+        check_memory(1 << 30, "cpu", what="a 1 GiB buffer")
+
+
+def test_estimator_work_beyond_the_address_space_limit_is_refused_before_allocating(monkeypatch, rng):
+    from sknn_gpu.sparse import SparseNetRegressor, _sparsenet
+
+    _address_space_limit(monkeypatch, _backend._address_space_used() + (32 << 20))
+    built, real = [], _sparsenet.DenseMasked
+    monkeypatch.setattr(_sparsenet, "DenseMasked", lambda *a, **k: built.append(a) or real(*a, **k))
+    reg = SparseNetRegressor(hidden_layer_sizes=(4096, 4096), max_iter=1, device="cpu")
+    with pytest.raises(InsufficientMemoryError, match=r"RLIMIT_AS"):
+        reg.fit(rng.standard_normal((50, 8)), rng.standard_normal(50))
+    assert built == [] and not hasattr(reg, "graph_")  # no weights were drawn
+
+
+def test_no_address_space_limit_or_no_resource_module_leaves_memavailable(monkeypatch):
+    resource = pytest.importorskip("resource")
+    monkeypatch.setattr(_backend, "_host_available_bytes", lambda: 5 << 30)  # MemAvailable, held still
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert free_memory("cpu") == 5 << 30
+    monkeypatch.setattr(_backend, "resource", None)  # a platform without the module (Windows)
+    assert free_memory("cpu") == 5 << 30
