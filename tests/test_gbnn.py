@@ -565,7 +565,9 @@ def test_verbose_zero_is_silent_and_gives_the_engines_no_callback(caplog, monkey
         mem.partial_fit(msgs[:5])
         mem.retrieve(_erase(msgs, 2, rng), decoding="serial")
     assert _memory_lines(caplog) == []
-    assert callbacks == [None, None, None]
+    # fit, its load check (a retrieval of a sample of the messages), partial_fit, its
+    # load check, retrieve: none with a callback
+    assert callbacks == [None] * 5
     mem.set_params(verbose=1).predict(msgs)
     assert callable(callbacks[-1])
 
@@ -934,3 +936,97 @@ def test_store_failing_half_way(monkeypatch, device, failing_batch):
     mem.partial_fit(msgs[200:])  # repeated: the memory of all 400 messages
     full = GBNNMemory(cluster_size=16, random_state=0, device=device).fit(msgs)
     assert np.array_equal(to_host(mem.W_), to_host(full.W_))
+
+
+# --------------------------------------------------------------------------- reliability
+def _no_warnings():
+    import warnings
+
+    ctx = warnings.catch_warnings()
+    ctx.__enter__()
+    warnings.simplefilter("error")
+    return ctx
+
+
+def test_overloaded_memory_warns_after_fit_and_partial_fit(device, rng):
+    """Real correlated data (load_digits: 60% of its single-pixel erasures are ambiguous at
+    density 0.44) and random messages past the density limit warn; a light memory does not."""
+    from sklearn.datasets import load_digits
+
+    digits = load_digits().data.astype(np.int64)
+    with pytest.warns(UserWarning, match=r"GBNNMemory\.fit: retrieval from this memory is unreliable: \d+%"):
+        mem = GBNNMemory(device=device).fit(digits)
+    assert 0.4 < mem.density_ < 0.5
+    words = rng.integers(0, 26, size=(1107, 5))  # as many 5-symbol messages as the words
+    with pytest.warns(UserWarning, match=r"density_=0\.8\d+ .* exceeds 0\.2\d+") as record:
+        GBNNMemory(device=device).fit(words)
+    assert len([w for w in record if issubclass(w.category, UserWarning)]) == 1
+    light = rng.integers(0, 64, size=(200, 8))
+    ctx = _no_warnings()
+    try:
+        mem = GBNNMemory(device=device, cluster_size=64).fit(light)
+        mem.partial_fit(light[:50])
+    finally:
+        ctx.__exit__(None, None, None)
+    with pytest.warns(
+        UserWarning, match=r"GBNNMemory\.partial_fit: retrieval from this memory is unreliable"
+    ):
+        mem.partial_fit(rng.integers(0, 64, size=(40_000, 8)))
+
+
+def test_reject_returns_minus_one_for_ambiguous_clusters(device, rng):
+    stored = np.array([[0, 1, 2, 5], [0, 1, 3, 5], [4, 4, 4, 4]])
+    probes = np.array([[0, 1, -1, 5], [4, 4, -1, 4], [0, 1, -1, -1]])
+    for rule in RULES:
+        guess = GBNNMemory(device=device, rule=rule, cluster_size=8, random_state=0).fit(stored)
+        res = guess.retrieve(probes)
+        assert res.messages[0, 2] in (2, 3) and res.n_candidates[0, 2] == 2  # a guess today
+        reject = GBNNMemory(device=device, rule=rule, cluster_size=8, random_state=0, ambiguous="reject")
+        got = reject.fit(stored).retrieve(probes)
+        expected = np.where(to_host(res.n_candidates) > 1, -1, to_host(res.messages))
+        np.testing.assert_array_equal(to_host(got.messages), expected)
+        np.testing.assert_array_equal(to_host(got.n_candidates), to_host(res.n_candidates))
+        assert to_host(got.messages)[0].tolist() == [0, 1, -1, 5]
+        assert to_host(got.messages)[1].tolist() == [4, 4, 4, 4]  # resolved: as with 'guess'
+        np.testing.assert_array_equal(to_host(reject.predict(probes)), expected)
+    with pytest.raises(ValueError, match="ambiguous"):
+        GBNNMemory(ambiguous="maybe").fit(stored)
+
+
+def test_max_iter_reached_warns_once_per_call(device, rng):
+    from sklearn.exceptions import ConvergenceWarning
+
+    msgs = rng.integers(0, 32, size=(300, 6))
+    probes = _erase(msgs, 3, rng)
+    mem = GBNNMemory(device=device, rule="sum-of-max", max_iter=1, random_state=0).fit(msgs)
+    for call, name in ((mem.predict, "predict"), (mem.retrieve, "retrieve")):
+        with pytest.warns(ConvergenceWarning) as record:
+            call(probes)
+        msgs_ = [str(w.message) for w in record if issubclass(w.category, ConvergenceWarning)]
+        assert len(msgs_) == 1
+        assert re.match(
+            rf"GBNNMemory\.{name}: 300 of 300 probes did not converge within max_iter=1 iterations "
+            r"\(rule='sum-of-max'\)",
+            msgs_[0],
+        ), msgs_[0]
+    with pytest.warns(ConvergenceWarning, match=r"GBNNMemory\.score: 300 of 300"):
+        mem.score(probes, msgs)
+    ctx = _no_warnings()
+    try:
+        mem.set_params(max_iter=20).predict(probes)
+    finally:
+        ctx.__exit__(None, None, None)
+
+
+def test_parameters_set_after_fit_are_validated(rng):
+    msgs = rng.integers(0, 16, size=(50, 4))
+    mem = GBNNMemory(device="cpu").fit(msgs)
+    for params, method in (
+        (dict(max_iter=0), "predict"),
+        (dict(rule="sum-of-everything"), "retrieve"),
+        (dict(gamma=-1.0), "score"),
+        (dict(ambiguous="sometimes"), "predict"),
+    ):
+        est = pickle.loads(pickle.dumps(mem)).set_params(**params)
+        with pytest.raises(ValueError, match=next(iter(params))):
+            getattr(est, method)(msgs) if method != "score" else est.score(msgs, msgs)

@@ -18,11 +18,13 @@ retrieval and score). Long loops report through :class:`sknn_gpu._progress.Progr
 from __future__ import annotations
 
 import numbers
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
@@ -31,7 +33,7 @@ from .._backend import array_module, check_memory, is_device_array, to_device, t
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
-from ..base import DeviceMixin
+from ..base import DeviceMixin, validates_params
 from . import _gbnn_cuda, _gbnn_dask
 from ._gbnn_cpu import _n_words
 from ._gbnn_engine import engine
@@ -41,6 +43,13 @@ __all__ = ["GBNNMemory", "RetrievalResult", "theoretical_density", "erasure_erro
 #: Largest ``cluster_size``: symbols are int32 on the GPU (and ``W_`` would need at least
 #: ``L²/8`` bytes, 2**59 for this ``L``, long before).
 MAX_CLUSTER_SIZE = 2**31 - 1
+#: ``fit`` and ``partial_fit`` warn when a probe with ONE erased symbol is left ambiguous
+#: (several neurons of its cluster connected to every known one) more often than this:
+#: measured on a sample of the call's messages, or predicted for random messages by
+#: :func:`erasure_error_rate` at ``density_`` (see :func:`_reliable_density`).
+UNRELIABLE_RATE = 0.1
+#: Messages of a storing call re-read with one symbol erased to measure that rate.
+LOAD_SAMPLE = 256
 
 
 # ----------------------------------------------------------------------------------
@@ -151,6 +160,20 @@ def erasure_error_rate(density: float, n_clusters: int, n_erased: int, cluster_s
     return float(p) if np.ndim(p) == 0 else p
 
 
+def _reliable_density(n_clusters, cluster_size, rate=UNRELIABLE_RATE):
+    """The density at which :func:`erasure_error_rate` for one erased symbol reaches ``rate``.
+
+    Solves ``1 - (1 - d^(C-1))^(L-1) = rate``: ``d = (1 - (1 - rate)^(1/(L-1)))^(1/(C-1))``
+    (0.25 for C=5, L=26; 0.36 for C=8, L=128; 0.57 for C=16, L=512). None when
+    ``C < 2`` or ``L < 2``, where no probe can be ambiguous that way.
+    """
+    C, L = int(n_clusters), int(cluster_size)
+    if C < 2 or L < 2:
+        return None
+    per_neuron = -np.expm1(np.log1p(-rate) / (L - 1))  # 1 - (1 - rate)^(1/(L-1)), exactly
+    return float(per_neuron ** (1.0 / (C - 1)))
+
+
 # ----------------------------------------------------------------------------------
 # Result object
 # ----------------------------------------------------------------------------------
@@ -242,7 +265,18 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         that is off turns on when it receives ``C − 1`` signals.
     max_iter : int, default=20
         Maximum number of iterations per probe (the joint rule's first step counts
-        as one).
+        as one). A retrieval that leaves probes unconverged at ``max_iter`` emits one
+        ``ConvergenceWarning`` per call.
+    ambiguous : {'guess', 'reject'}, default='guess'
+        What a cluster whose winner is not unique after retrieval (more than one
+        neuron left active, ``n_candidates > 1``) completes to. ``'guess'``: one of
+        its candidates, picked as described under ``random_state`` (for sum-of-max
+        and joint, one clique of the final state). ``'reject'``: ``-1``, as for a
+        cluster with no candidate, so that an answer is only given where the memory
+        resolved it; ``n_candidates`` still reports the candidates. The same
+        integer result on both devices. For example
+        ``GBNNMemory(ambiguous='reject').fit(messages).predict(probes)`` returns
+        ``-1`` where several stored messages fit a probe equally well.
     random_state : int, RandomState instance or None, default=None
         Seeds the choice among several neurons left active in a cluster, or among
         several cliques (drawn in ``fit``). The choice is a deterministic function of
@@ -300,6 +334,22 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
     :class:`~sknn_gpu.InsufficientMemoryError`, naming the bytes needed and free,
     before allocating anything when they do not fit.
 
+    **Load.** Retrieval is reliable only while the memory is lightly loaded. After
+    every ``fit`` and ``partial_fit``, a ``UserWarning`` says so when a probe with a
+    single erased symbol would be left ambiguous (several symbols fit) more than 10%
+    of the time, by either of two measures: (1) ``density_`` above the density at
+    which :func:`erasure_error_rate` for one erasure reaches 10% for random messages,
+    ``(1 - 0.9^(1/(L-1)))^(1/(C-1))`` (0.25 for ``C=5, L=26``; 0.57 for the paper's
+    ``C=16, L=512``); (2) the measured rate on up to 256 of the call's messages, each
+    with one symbol erased (the same integer computation on both devices).
+    One erasure is the easiest probe: more erasures fail sooner, so past this point
+    completions are mostly guesses. The second measure catches correlated data
+    (words, images), which loads a memory at a much lower density than random
+    messages: ``load_digits`` stored as messages of 64 pixels has density 0.44, far
+    below the random-message limit of 0.92 for ``C=64, L=17``, yet 60% of its
+    single-pixel erasures are ambiguous. ``ambiguous='reject'`` returns ``-1`` for
+    such clusters instead of a guess.
+
     **Dask.** ``fit`` and ``partial_fit`` accept a Dask array of messages chunked by
     rows: every block is stored into its own packed ``W`` on the workers and the
     partial memories are OR-ed up a tree, so only ``W`` (and, when ``cluster_size`` is
@@ -342,6 +392,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         "rule": [StrOptions({"sum-of-sum", "sum-of-max", "joint"})],
         "gamma": [Interval(numbers.Real, 0, None, closed="left")],
         "max_iter": [Interval(numbers.Integral, 1, None, closed="left")],
+        "ambiguous": [StrOptions({"guess", "reject"})],
         "random_state": ["random_state"],
         **DeviceMixin._device_constraints,
         **DeviceMixin._output_constraints,
@@ -356,6 +407,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         rule="joint",
         gamma=1.0,
         max_iter=20,
+        ambiguous="guess",
         random_state=None,
         device="auto",
         output_type=None,
@@ -366,6 +418,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         self.rule = rule
         self.gamma = gamma
         self.max_iter = max_iter
+        self.ambiguous = ambiguous
         self.random_state = random_state
         self.device = device
         self.output_type = output_type
@@ -446,6 +499,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             check_memory(host, "cpu", what=what)
 
     # ------------------------------------------------------------------ fitting
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X: ArrayLike, y: None = None) -> GBNNMemory:
         """Store every message of ``X`` in a fresh memory.
@@ -468,6 +522,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             self.__dict__.pop(attr, None)
         return self._store(X, first=True)
 
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     def partial_fit(self, X: ArrayLike, y: None = None) -> GBNNMemory:
         """Store more messages (the first call sets up the memory like ``fit``).
@@ -546,7 +601,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
                 for attr in fitted:
                     self.__dict__.pop(attr, None)
             raise
-        self._count(X.shape[0], bar)
+        self._count(X.shape[0], bar, what, X)
         return self
 
     def _store_dask(self, X, first, what):
@@ -566,7 +621,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             self.__dict__.pop("feature_names_in_", None)
         else:
             self.W_ |= W
-        self._count(n, bar)
+        self._count(n, bar, what)
         return self
 
     def _progress_callback(self, bar):
@@ -574,14 +629,69 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         launch for all probes (with a callback it launches and waits chunk by chunk)."""
         return bar.update if self.verbose else None
 
-    def _count(self, n, bar):
-        """Add ``n`` stored messages, recount the density and close the progress report."""
+    def _count(self, n, bar, what, X=None):
+        """Add ``n`` stored messages, recount the density, close the progress report and
+        warn when the memory is loaded past reliable retrieval (``X``: the call's messages)."""
         L, C = self.cluster_size_, self.n_clusters_
         edges = engine(self.device_).count_edges(self.W_, C, L)
         self.n_messages_seen_ += int(n)
         possible = C * (C - 1) * L * L
         self.density_ = float(edges / possible) if possible else 0.0
         bar.close(messages=int(n), density=self.density_)
+        self._check_load(what, X, stacklevel=7 if X is not None else 8)  # the caller of fit
+
+    def _single_erasure_ambiguity(self, X):
+        """``(rate, k)``: the fraction of ``k`` of the stored messages ``X`` (a sample, drawn
+        with a fixed seed) left ambiguous in their one erased cluster (also fixed-seeded)."""
+        C, L = self.n_clusters_, self.cluster_size_
+        k = min(X.shape[0], LOAD_SAMPLE, max(1, (1 << 22) // (C * _n_words(L))))  # <= 16 MiB of state
+        rs = np.random.default_rng(0)
+        rows = np.sort(rs.choice(X.shape[0], size=k, replace=False)) if k < X.shape[0] else np.arange(k)
+        cols = rs.integers(0, C, size=k)
+        xp = array_module(X)
+        probes = X[xp.asarray(rows)].astype(np.int64)
+        probes[xp.arange(k), xp.asarray(cols)] = -1
+        _, cnts, _, _ = engine(self.device_).retrieve(
+            self.W_, to_device(probes, self.device_), self.tie_seed_, "joint", 1.0, 2, L
+        )
+        return float(np.mean(to_host(cnts)[np.arange(k), cols] > 1)), k
+
+    def _check_load(self, what, X=None, stacklevel=7):
+        """One UserWarning when a single erasure is ambiguous more than UNRELIABLE_RATE of
+        the time: predicted at ``density_`` for random messages, or measured on ``X``."""
+        C, L = self.n_clusters_, self.cluster_size_
+        limit = _reliable_density(C, L)
+        if limit is None:
+            return
+        rate, k = None, 0
+        if X is not None and X.shape[0]:
+            try:
+                rate, k = self._single_erasure_ambiguity(X)
+            except MemoryError:  # the memory is stored: a check that does not fit is skipped
+                pass
+        over = self.density_ > limit
+        if not over and (rate is None or rate <= UNRELIABLE_RATE):
+            return
+        parts = []
+        if rate is not None:
+            parts.append(
+                f"{rate:.0%} of {k} of the messages just stored, with one symbol erased, come back "
+                "ambiguous (several symbols fit the erased cluster)"
+            )
+        relation = "exceeds" if over else "is below"
+        parts.append(
+            f"density_={self.density_:.3f} after {self.n_messages_seen_} messages {relation} "
+            f"{limit:.3f}, the density at which random messages with one erased symbol are "
+            f"ambiguous {UNRELIABLE_RATE:.0%} of the time (n_clusters={C}, cluster_size={L})"
+        )
+        warnings.warn(
+            f"GBNNMemory.{what}: retrieval from this memory is unreliable: {'; '.join(parts)}. "
+            "Completions of ambiguous clusters are guesses: pass ambiguous='reject' to get -1 for "
+            "them, store fewer messages per memory, or use a larger cluster_size (correlated "
+            "messages, such as words, load a memory faster than random ones).",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
 
     # ------------------------------------------------------------------ retrieval
     def _check_dask_probes(self, X):
@@ -596,6 +706,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         self._check_dask_probes(X)
         return (2 * self.n_clusters_ + 2,), np.int32
 
+    @validates_params
     def retrieve(self, X: ArrayLike, *, decoding: str = "parallel") -> RetrievalResult:
         """Complete the erased symbols of every probe and report how sure it is.
 
@@ -662,9 +773,32 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         if self.verbose:
             msgs, cnts, _, convs = out
             bar.close(converged=int(convs.sum()), ambiguous=int((cnts > 1).any(axis=1).sum()))
-        msgs, cnts, iters, convs = self._output(list(out), X)
+        msgs, cnts, iters, convs = out
+        if self.ambiguous == "reject":  # the same integers on both devices
+            msgs = array_module(msgs).where(cnts > 1, np.int32(-1), msgs)
+        if not bool(convs.all()):
+            self._warn_unconverged(convs, what)
+        msgs, cnts, iters, convs = self._output([msgs, cnts, iters, convs], X)
         return RetrievalResult(messages=msgs, n_candidates=cnts, converged=convs, n_iter=iters)
 
+    def _warn_unconverged(self, convs, what):
+        """One ConvergenceWarning for the probes a retrieval left unconverged at max_iter."""
+        n = int(convs.shape[0])
+        bad = n - int(convs.sum())
+        why = (
+            "sum-of-sum can oscillate (section V-A of the paper): rule='joint' or 'sum-of-max' converge"
+            if self.rule == "sum-of-sum"
+            else "raise max_iter"
+        )
+        warnings.warn(
+            f"GBNNMemory.{what}: {bad} of {n} probes did not converge within max_iter="
+            f"{self.max_iter} iterations (rule={self.rule!r}); their completions are the state "
+            f"after the last iteration ({why}).",
+            ConvergenceWarning,
+            stacklevel=6 if what == "predict" else 5,  # the caller, above the method's wrappers
+        )
+
+    @validates_params
     @dask_rows(_message_columns)
     def predict(self, X: ArrayLike) -> Array:
         """Complete the erased symbols (``-1``) of every probe.
@@ -686,6 +820,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         check_is_fitted(self, "W_")
         return self._retrieve(X, "parallel", "predict").messages
 
+    @validates_params
     def score(self, X: ArrayLike, y: ArrayLike | None = None) -> float:
         """Exact-recall rate: the fraction of probes whose completion equals the true message.
 
@@ -718,7 +853,7 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
             )
         if is_dask_collection(X):
             return _gbnn_dask.score(self, X, y)
-        pred = to_host(self.predict(X))
+        pred = to_host(self._retrieve(X, "parallel", "score").messages)
         y_true, _ = self._check_symbols(to_host(y), reset=False, allow_erased=False, name="y")
         if y_true.shape != pred.shape:
             raise ValueError(f"y has shape {y_true.shape}, but the probes have shape {pred.shape}.")
