@@ -846,3 +846,65 @@ def test_convergence_warning_only_when_max_iter_ends_training(rng):
     conv = [str(w.message) for w in caught if issubclass(w.category, ConvergenceWarning)]
     assert len(conv) == 2, conv  # once per fit stopped by max_iter, not once per fine-tuning round
     assert "maximum iterations (3)" in conv[0] and "maximum iterations (1)" in conv[1]
+
+
+def test_optimiser_steps_are_the_textbook_formulas_bit_for_bit(device, rng):
+    """Adam and SGD update their state in place; the arithmetic is the out-of-place formulas'."""
+    from sknn_gpu._backend import get_xp
+    from sknn_gpu.sparse._sparsenet_train import SGD, Adam
+
+    xp = get_xp(device)
+    params = [xp.asarray(rng.standard_normal((7, 5))), xp.asarray(rng.standard_normal(5))]
+    grads = [[xp.asarray(rng.standard_normal(p.shape)) for p in params] for _ in range(3)]
+    given = [to_host(p).copy() for p in params]
+    adam, sgd = Adam(params, 0.01), SGD(params, 0.05)
+    pa, ps = list(params), list(params)
+    m = [p * 0.0 for p in params]
+    v = [p * 0.0 for p in params]
+    vel = [p * 0.0 for p in params]
+    ra, rs = list(params), list(params)
+    for t, gs in enumerate(grads, start=1):
+        adam.step(pa, gs)
+        sgd.step(ps, gs)
+        lr = 0.01 * np.sqrt(1 - 0.999**t) / (1 - 0.9**t)
+        for i, g in enumerate(gs):
+            m[i] = 0.9 * m[i] + (1 - 0.9) * g
+            v[i] = 0.999 * v[i] + (1 - 0.999) * g * g
+            ra[i] = ra[i] - lr * m[i] / (v[i] ** 0.5 + 1e-8)
+            vel[i] = 0.9 * vel[i] - 0.05 * g
+            rs[i] = rs[i] + vel[i]
+    for got, want in zip(pa + ps, ra + rs):
+        np.testing.assert_array_equal(to_host(got), to_host(want))
+    for p, g in zip(params, given):  # the arrays given were replaced, never written into
+        np.testing.assert_array_equal(to_host(p), g)
+
+
+@pytest.mark.parametrize("n_keep", [0, 1, 7, 50, 333, 599, 600])
+def test_pruning_keeps_what_a_stable_sort_by_magnitude_keeps(rng, n_keep):
+    from sknn_gpu.sparse._sparsenet_train import _largest
+
+    values = np.round(rng.random(600), 1)  # many ties
+    values[rng.random(600) < 0.2] = -1.0  # dead weights
+    want = np.zeros(600, bool)
+    want[np.argsort(-values, kind="stable")[:n_keep]] = True
+    np.testing.assert_array_equal(_largest(values, n_keep), want)
+
+
+def test_verbose_one_logs_progress_lines_off_a_terminal(monkeypatch, rng, caplog):
+    """A wide dense phase runs for minutes (one optimizer step per minibatch over
+    n_features * hidden weights): at verbose=1 without a bar, lines every few seconds show it."""
+    import logging
+
+    import sknn_gpu._progress as prog
+    from sknn_gpu.sparse import _sparsenet
+
+    monkeypatch.setattr(prog, "_tty", lambda: False)
+    monkeypatch.setattr(_sparsenet, "PROGRESS_LOG_SECONDS", 0.0)  # here: a line per epoch
+    X = rng.standard_normal((40, 3))
+    params = dict(hidden_layer_sizes=(4,), max_iter=3, n_prune_steps=1, fine_tune_iter=2, random_state=0)
+    with caplog.at_level(logging.INFO, logger="sknn_gpu.sparse"):
+        SparseNetRegressor(verbose=1, device="cpu", **params).fit(X, X[:, 0])
+    lines = [r.getMessage() for r in caplog.records]
+    dense = [m.split(" after ")[0] for m in lines if m.startswith("SparseNetRegressor training (dense) ")]
+    assert dense == [f"SparseNetRegressor training (dense) {k}/3 epochs" for k in (1, 2, 3)]
+    assert sum("(fine-tuning, pruning round 1/1) " in m and " after " in m for m in lines) == 2

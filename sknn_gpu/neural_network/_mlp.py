@@ -79,6 +79,9 @@ from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
 
+#: Seconds between progress lines of ``fit`` at ``verbose=1`` off a terminal (no bar).
+PROGRESS_LOG_SECONDS = 5.0
+
 
 # ---------------------------------------------------------------------------- Dask shapes
 def _label_shape(est, X):
@@ -738,7 +741,12 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         sample_idx = np.arange(n_samples, dtype=np.int64)
         call = "partial_fit" if incremental else "fit"
         bar = Progress(
-            self, f"{type(self).__name__}.{call}", 1 if incremental else self.max_iter, self.verbose, "epochs"
+            self,
+            f"{type(self).__name__}.{call}",
+            1 if incremental else self.max_iter,
+            self.verbose,
+            "epochs",
+            log_every=PROGRESS_LOG_SECONDS,
         )
         try:
             self.n_iter_ = 0
