@@ -654,7 +654,8 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         _, cnts, _, _ = engine(self.device_).retrieve(
             self.W_, to_device(probes, self.device_), self.tie_seed_, "joint", 1.0, 2, L
         )
-        return float(np.mean(to_host(cnts)[np.arange(k), cols] > 1)), k
+        xc = array_module(cnts)  # a scalar back from the device, not the counts
+        return float((cnts[xc.arange(k), xc.asarray(cols)] > 1).mean()), k
 
     def _check_load(self, what, X=None, stacklevel=7):
         """One UserWarning when a single erasure is ambiguous more than UNRELIABLE_RATE of
