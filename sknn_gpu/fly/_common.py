@@ -6,6 +6,10 @@
   1-D host array, refused when they mix strings and numbers, and as class indices.
 * :func:`check_dask_X`: the metadata checks on a Dask ``X`` that both estimators make
   before any task runs.
+* :func:`fitted_params`, :func:`check_fitted_params`: the parameters a fitted model
+  depends on, recorded at fit and compared at every later call (a change is refused).
+* :func:`keeps_model`: a decorator for ``fit``/``partial_fit`` that puts the estimator
+  back as it was when the call fails.
 
 It sits below the estimators (``_flyhash``, ``_flynn``), the Dask adapter
 (``_fly_dask``) and the federation (``_federated``), so that they share these
@@ -14,16 +18,32 @@ helpers without importing each other. Importing this module never imports Dask.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
-from sklearn.utils.validation import column_or_1d
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .._backend import to_host
 from .._dask import check_row_chunks
+from ..base import reject_time_dtypes
 
-__all__ = ["HASH_PARAMS", "label_kind", "host_labels", "encode_labels", "check_dask_X"]
+__all__ = [
+    "HASH_PARAMS",
+    "PROGRESS_LOG_SECONDS",
+    "label_kind",
+    "host_labels",
+    "encode_labels",
+    "check_dask_X",
+    "fitted_params",
+    "check_fitted_params",
+    "fitted_method",
+    "keeps_model",
+]
 
 #: The FlyHash parameters a FlyNNClassifier forwards to its FlyHashTransformer.
 HASH_PARAMS = ("n_components", "expansion_factor", "n_connections", "connection_sparsity", "k")
+#: Off a terminal at ``verbose=1``, a long loop logs how far it got at most this often (seconds).
+PROGRESS_LOG_SECONDS = 5.0
 
 
 # --------------------------------------------------------------------------- #
@@ -104,6 +124,7 @@ def check_dask_X(est, X, what, reset, rows=True):
     with the in-memory messages.
     """
     name = f"{type(est).__name__}.{what}"
+    reject_time_dtypes(X)
     if X.ndim != 2:
         raise ValueError(f"Expected a 2D array, got a Dask array of shape {X.shape}.")
     if X.dtype.kind not in "biuf":
@@ -130,3 +151,107 @@ def check_dask_X(est, X, what, reset, rows=True):
             "features as input."
         )
     return d
+
+
+# --------------------------------------------------------------------------- #
+# Parameters a fitted model depends on                                          #
+# --------------------------------------------------------------------------- #
+def _kept(value):
+    """``value`` as recorded at fit: arrays and the containers holding them copied (a user
+    may edit them in place later), anything else (a ``RandomState``, say) as it is."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_kept(v) for v in value)
+    return value
+
+
+def _equal(recorded, value):
+    """Whether a parameter still has the value it had at fit (arrays by content, other
+    objects such as a ``RandomState`` by identity or ``==``)."""
+    if recorded is value:
+        return True
+    if isinstance(recorded, (list, tuple)) or isinstance(value, (list, tuple)):
+        if not (isinstance(recorded, (list, tuple)) and isinstance(value, (list, tuple))):
+            return False
+        return len(recorded) == len(value) and all(map(_equal, recorded, value))
+    if isinstance(recorded, np.ndarray) or isinstance(value, np.ndarray):
+        a, b = np.asarray(to_host(recorded)), np.asarray(to_host(value))
+        return a.shape == b.shape and a.dtype.kind == b.dtype.kind and bool(np.array_equal(a, b))
+    if recorded is None or value is None or isinstance(recorded, bool) != isinstance(value, bool):
+        return False
+    try:
+        return bool(recorded == value)
+    except Exception:  # pragma: no cover - values that cannot be compared
+        return False
+
+
+def fitted_params(est, names):
+    """The parameters ``names`` of ``est`` as they are now (copies of any arrays): recorded
+    by ``fit`` as ``est._fitted_params_`` and compared by :func:`check_fitted_params`."""
+    return {name: _kept(getattr(est, name)) for name in names}
+
+
+def check_fitted_params(est, who=None):
+    """Refuse a parameter that the fitted model depends on and that changed since ``fit``.
+
+    The projection, the encoding's range and the filters of a fitted model were made with
+    the values recorded in ``est._fitted_params_``; predicting (or counting more samples,
+    or merging) under another value would mix two models silently. Estimators fitted
+    before the record existed (older pickles) are not checked. ``who`` prefixes the
+    message (``models[1]`` in a merge).
+
+    Raises
+    ------
+    ValueError
+        Naming the first parameter that changed, its value at fit and now.
+    """
+    recorded = est.__dict__.get("_fitted_params_")
+    if recorded is None:
+        return
+    for name, old in recorded.items():
+        new = getattr(est, name)
+        if not _equal(old, new):
+            prefix = f"{who}: " if who else ""
+            raise ValueError(
+                f"{prefix}{type(est).__name__}'s parameter {name} was {old!r} when the model was "
+                f"fitted and is {new!r} now; the fitted model was made with the old value. Call "
+                f"fit to refit with the new value, or set {name} back to {old!r}."
+            )
+
+
+def fitted_method(method):
+    """Decorator for a public method of a fitted estimator: NotFittedError before a fit, and
+    :func:`check_fitted_params` (a parameter the model depends on changed since) before
+    any work, Dask input included (goes below ``validates_params``, above ``dask_rows``)."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        check_is_fitted(self)
+        check_fitted_params(self)
+        return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def keeps_model(method):
+    """Decorator: when ``method`` (``fit`` or ``partial_fit``) raises, the estimator is put
+    back as it was before the call (its fitted model, or unfitted), instead of half changed.
+
+    Fitted attributes are replaced by a fit, never written into, so a shallow copy of the
+    instance dictionary (and of its cache of device copies) is the whole record.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        saved = dict(self.__dict__)
+        if "_device_cache" in saved:
+            saved["_device_cache"] = dict(saved["_device_cache"])
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException:
+            self.__dict__.clear()
+            self.__dict__.update(saved)
+            raise
+
+    return wrapper

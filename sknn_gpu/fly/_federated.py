@@ -19,7 +19,7 @@ from .._backend import to_device, to_host
 from .._dask import is_dask_collection
 from .._progress import Progress
 from . import _fly_dask
-from ._common import HASH_PARAMS, label_kind
+from ._common import HASH_PARAMS, check_fitted_params, label_kind
 from ._encoding import column_range, wider_range
 from ._flynn import FlyNNClassifier
 
@@ -171,6 +171,7 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
         if not isinstance(m, FlyNNClassifier):
             raise TypeError(f"models[{i}] is a {type(m).__name__}, not a FlyNNClassifier.")
         check_is_fitted(m)
+        check_fitted_params(m, who=f"Cannot merge FlyNN models: models[{i}]")
     ref = models[0]
     ref_params = ref.get_params()
     ref_components = to_host(ref.hasher_.components_)

@@ -47,9 +47,15 @@ from .._backend import (
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
-from ..base import DeviceMixin
+from ..base import DeviceMixin, reject_time_dtypes, validates_params
 from . import _flyhash_cpu, _flyhash_cuda
-from ._common import check_dask_X
+from ._common import (
+    HASH_PARAMS,
+    check_dask_X,
+    fitted_method,
+    fitted_params,
+    keeps_model,
+)
 from ._wta import wta
 
 __all__ = ["FlyHashTransformer", "wta", "engine", "flyhash_bytes", "check_footprint"]
@@ -63,6 +69,9 @@ _DRAW_BLOCK_BYTES = 4 * 2**20
 _DRAW_CHUNK_BYTES = 4 * 2**20
 #: Host bytes of a GPU run below which the host side is not checked (see check_footprint).
 _HOST_CHECK_FLOOR = 64 * 2**20
+#: The parameters a fitted projection depends on: changing one after ``fit`` is refused
+#: until the next ``fit`` (the others are read at every call).
+MODEL_PARAMS = (*HASH_PARAMS, "random_state")
 
 
 def engine(device):
@@ -457,7 +466,9 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         self.verbose = verbose
 
     # ------------------------------------------------------------------ fit
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
+    @keeps_model
     def fit(self, X: ArrayLike, y: None = None) -> FlyHashTransformer:
         """Draw the sparse binary projection for ``X``'s number of features.
 
@@ -473,10 +484,9 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         Returns
         -------
         self : FlyHashTransformer
-            The fitted transformer.
+            The fitted transformer (a fit that fails leaves the transformer as it was).
         """
         self._validate(X, reset=True)
-        self._check_precision()
         device = self._resolve_device()
         bar = Progress(self, f"{type(self).__name__}.fit", verbose=self.verbose, unit="units")
         self._fit_projection(self.n_features_in_, device, check_random_state(self.random_state))
@@ -540,8 +550,14 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         kidx[:, :s] = conn
         self._kernel_index = kidx
         self._n_features_out = m
+        self._fitted_params_ = fitted_params(self, MODEL_PARAMS)
         self.__dict__.pop("_device_cache", None)
         return self
+
+    def _cross_check_params(self):
+        """What ``_parameter_constraints`` cannot say (run by :func:`~sknn_gpu.base.validates_params`
+        at every public method): ``precision`` other than 'exact' needs ``algorithm='exact'``."""
+        self._check_precision()
 
     # ------------------------------------------------------------ validate
     def _validate(self, X, reset):
@@ -554,6 +570,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             return X
         if is_device_array(X):
             return self._check_device_X(X, reset=reset, accept_sparse=True, cast_float=False)
+        reject_time_dtypes(X)
         return validate_data(
             self,
             X,
@@ -620,6 +637,8 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         )
 
     # ----------------------------------------------------------- transform
+    @validates_params
+    @fitted_method
     def transform(self, X: ArrayLike) -> Array:
         """Hash ``X``: the ``k_`` most active units of each sample.
 
@@ -640,7 +659,6 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         """
         if not is_dask_collection(X):
             return self._hash(X)
-        check_is_fitted(self)
         check_dask_X(self, X, "transform", reset=False)
         if self.output != "sparse":
             return self._hash(X)
@@ -673,6 +691,8 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             return _csr_hash(*out, shape=(n, self.n_components_))
         return out
 
+    @validates_params
+    @fitted_method
     def get_feature_names_out(self, input_features: ArrayLike | None = None) -> np.ndarray:
         """Names of the output columns: one per hash unit (per byte for ``'packed'``).
 

@@ -31,9 +31,17 @@ from .._backend import array_module, is_cupy_sparse, is_device_array, to_device,
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
-from ..base import DeviceClassifierMixin, DeviceMixin
+from ..base import DeviceClassifierMixin, DeviceMixin, reject_time_dtypes, validates_params
 from . import _fly_dask, _flynn_batches
-from ._common import HASH_PARAMS, encode_labels, host_labels
+from ._common import (
+    HASH_PARAMS,
+    check_fitted_params,
+    encode_labels,
+    fitted_method,
+    fitted_params,
+    host_labels,
+    keeps_model,
+)
 from ._encoding import ENCODING_WIDTH, input_range
 from ._flyhash import FlyHashTransformer
 from ._flynn_engine import engine
@@ -52,6 +60,11 @@ PAPERS_FLYNN = dict(n_components=None, connection_sparsity=0.1, k=32, gamma=0.5,
 #: least 2 and at most this many (more cost time and did not help in the defaults
 #: sweep, ``benchmarks/tools/sweep_flynn_defaults.py --defaults``).
 MAX_DEFAULT_CONNECTIONS = 16
+
+#: The parameters a fitted model depends on (its projection, the encoding's range, the
+#: filters): changing one after ``fit`` is refused until the next ``fit``. The others
+#: (``precision``, ``batch_size``, ``verbose``, ``output_type``) are read at every call.
+MODEL_PARAMS = (*HASH_PARAMS, "random_state", "encoding", "input_range", "normalize", "gamma", "decay")
 
 
 def _per_class(est, X=None):
@@ -318,6 +331,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if is_device_array(X):
             X = self._check_device_X(X, reset=reset, contiguous=True, accept_sparse=True)
             return X.tocsr() if is_cupy_sparse(X) and X.format != "csr" else X
+        reject_time_dtypes(X)
         return validate_data(
             self, X, reset=reset, dtype=[np.float64, np.float32], accept_sparse="csr", order="C"
         )
@@ -342,6 +356,16 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             # same screen as scikit-learn's finiteness check: a finite float64 sum
             and bool(np.isfinite(X.sum(dtype=np.float64)))
         )
+
+    def _cross_check_params(self):
+        """What ``_parameter_constraints`` cannot say (run by :func:`~sknn_gpu.base.validates_params`
+        at every public method): ``precision='integer'`` reads the raw features only."""
+        if self.precision == "integer" and (self._normalizes() or self.encoding is not None):
+            raise ValueError(
+                "precision='integer' needs encoding=None and normalize=False: an encoding maps the "
+                "features to receptor responses and normalize centres and scales the rows, which are "
+                "then no longer integer-valued."
+            )
 
     def _encode_y(self, y, n):
         """Class indices (int32, host) of the labels ``y``; clear error on unknown labels."""
@@ -404,6 +428,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.hasher_ = hasher._fit_projection(width, device, rng)
         self.n_components_ = int(hasher.n_components_)
         self.k_ = int(hasher.k_)
+        self._fitted_params_ = fitted_params(self, MODEL_PARAMS)
         self.counts_ = self._xp.zeros((len(self.classes_), self.n_components_), dtype=np.int64)
 
     def _set_counts(self, counts):
@@ -463,7 +488,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     # fit / partial_fit                                                    #
     # ------------------------------------------------------------------ #
 
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
+    @keeps_model
     def fit(self, X: ArrayLike, y: ArrayLike) -> FlyNNClassifier:
         """Count the FlyHash winners of every training sample per class.
 
@@ -480,7 +507,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Returns
         -------
         self : FlyNNClassifier
-            Fitted estimator.
+            Fitted estimator. A fit that fails leaves the estimator as it was (its
+            earlier model, or unfitted).
         """
         self._forget()
         if is_dask_collection(X):
@@ -493,18 +521,16 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                 f"X and y have inconsistent numbers of samples: {X.shape[0]} != {y_host.shape[0]}."
             )
         self.classes_ = np.unique(y_host)
-        try:
-            self._set_input_range(X=X)
-            self._init_model(X.shape[1], X.shape[0])
-            bar = self._progress("fit", X.shape[0])
-            self._set_counts(self._count(X, self._encode_y(y_host, X.shape[0]), bar))
-            bar.close(samples=X.shape[0], classes=len(self.classes_))
-        except BaseException:
-            self._forget()
-            raise
+        self._set_input_range(X=X)
+        self._init_model(X.shape[1], X.shape[0])
+        bar = self._progress("fit", X.shape[0])
+        self._set_counts(self._count(X, self._encode_y(y_host, X.shape[0]), bar))
+        bar.close(samples=X.shape[0], classes=len(self.classes_))
         return self
 
+    @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
+    @keeps_model
     def partial_fit(self, X: ArrayLike, y: ArrayLike, classes: ArrayLike | None = None) -> FlyNNClassifier:
         """Add a batch of samples to the counts (streaming; fit = partial_fit over batches).
 
@@ -520,11 +546,13 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Returns
         -------
         self : FlyNNClassifier
-            The updated estimator.
+            The updated estimator. A call that fails leaves it as it was.
         """
         first = not hasattr(self, "counts_")
         if first:
             self.__dict__.pop("classes_", None)
+        else:
+            check_fitted_params(self)
         if classes is not None:
             classes = host_labels(classes, "classes")
             check_classification_targets(classes)
@@ -542,15 +570,11 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self._set_counts(self.counts_ + self._count(X, y_idx, bar))
             bar.close(samples=X.shape[0])
             return self
-        try:
-            self._set_input_range(X=X)
-            self._init_model(X.shape[1], X.shape[0], caller="partial_fit")
-            bar = self._progress("partial_fit", X.shape[0])
-            self._set_counts(self._count(X, y_idx, bar))
-            bar.close(samples=X.shape[0])
-        except BaseException:
-            self._forget()
-            raise
+        self._set_input_range(X=X)
+        self._init_model(X.shape[1], X.shape[0], caller="partial_fit")
+        bar = self._progress("partial_fit", X.shape[0])
+        self._set_counts(self._count(X, y_idx, bar))
+        bar.close(samples=X.shape[0])
         return self
 
     # ------------------------------------------------------------------ #
@@ -586,6 +610,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         bar.close(samples=n)
         return self._output(outs[0] if len(outs) == 1 else self._xp.concatenate(outs), X)
 
+    @validates_params
+    @fitted_method
     @dask_rows(_per_class)
     def novelty(self, X: ArrayLike) -> Array:
         """Novelty of every sample with respect to every class filter.
@@ -604,6 +630,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """
         return self._novelty(X, "novelty")
 
+    @validates_params
+    @fitted_method
     @dask_rows(_decision_columns)
     def decision_function(self, X: ArrayLike) -> Array:
         """Confidence scores: minus the novelty (higher means more likely).
@@ -624,6 +652,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             return nov[:, 0] - nov[:, 1]
         return -nov
 
+    @validates_params
+    @fitted_method
     @dask_rows(_per_class)
     def predict_proba(self, X: ArrayLike) -> Array:
         """Class probabilities: softmax of ``-novelty / k_``.
@@ -645,6 +675,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         e = array_module(z).exp(z)
         return e / e.sum(axis=1, keepdims=True)
 
+    @validates_params
+    @fitted_method
     def predict_log_proba(self, X: ArrayLike) -> Array:
         """Logarithm of :meth:`predict_proba` (same input, same columns).
 
@@ -661,6 +693,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         proba = self.predict_proba(X)
         return array_module(proba).log(proba)
 
+    @validates_params
+    @fitted_method
     @dask_rows(_labels)
     def predict(self, X: ArrayLike) -> Array:
         """Least novel class per sample (ties go to the lowest class index).
@@ -682,6 +716,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             return self._output(self._device_copy("classes_")[idx], X)
         return self.classes_[to_host(idx)]  # string labels stay on the host (CuPy cannot hold them)
 
+    @validates_params
+    @fitted_method
     def score(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> float:
         """Mean accuracy of :meth:`predict` on ``X`` against ``y``.
 
@@ -702,7 +738,6 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             input, unweighted, exactly the in-memory value.
         """
         if is_dask_collection(X):
-            check_is_fitted(self)
             return _fly_dask.score(self, X, y, sample_weight)
         return super().score(X, y, sample_weight=sample_weight)
 

@@ -1,0 +1,333 @@
+"""FlyHashTransformer, FlyNNClassifier and the federation under hostile use: parameters
+changed after fit, dates as features, fits that fail half-way, parties that disagree on
+their columns, oversize projections, and odd input of every kind."""
+
+import numpy as np
+import pytest
+from sklearn.exceptions import NotFittedError
+
+from sknn_gpu._backend import to_host
+from sknn_gpu.fly import FlyHashTransformer, FlyNNClassifier, fit_federated, merge_flynn
+
+
+def _blobs(rng, n=120, d=8, n_classes=3):
+    centers = rng.normal(scale=3.0, size=(n_classes, d))
+    y = rng.integers(0, n_classes, size=n)
+    return centers[y] + rng.normal(size=(n, d)), y
+
+
+def _flynn(device="cpu", **kw):
+    params = dict(n_components=512, k=16, random_state=0, device=device)
+    return FlyNNClassifier(**{**params, **kw})
+
+
+def _flyhash(device="cpu", **kw):
+    params = dict(n_components=200, k=10, random_state=0, device=device)
+    return FlyHashTransformer(**{**params, **kw})
+
+
+def _on(X, device):
+    if device == "cuda":
+        import cupy as cp
+
+        return cp.asarray(X)
+    return X
+
+
+#: Every public FlyNN method that reads the parameters after fit, called on (X, y).
+FLYNN_CALLS = {
+    "predict": lambda c, X, y: c.predict(X),
+    "predict_proba": lambda c, X, y: c.predict_proba(X),
+    "predict_log_proba": lambda c, X, y: c.predict_log_proba(X),
+    "decision_function": lambda c, X, y: c.decision_function(X),
+    "novelty": lambda c, X, y: c.novelty(X),
+    "score": lambda c, X, y: c.score(X, y),
+    "partial_fit": lambda c, X, y: c.partial_fit(X, y),
+}
+FLYHASH_CALLS = {
+    "transform": lambda h, X: h.transform(X),
+    "get_feature_names_out": lambda h, X: h.get_feature_names_out(),
+}
+
+
+# --------------------------------------------------------------------------- #
+# Parameters set after fit                                                      #
+# --------------------------------------------------------------------------- #
+@pytest.mark.parametrize(
+    "param, value",
+    [
+        ("batch_size", 0),
+        ("batch_size", -1),
+        ("gamma", 2.0),
+        ("precision", "fastest"),
+        ("verbose", -1),
+        ("output_type", "arrow"),
+        ("device", "gpu"),
+    ],
+)
+@pytest.mark.parametrize("method", sorted(FLYNN_CALLS))
+def test_flynn_bad_parameter_after_fit_is_refused_by_name(device, rng, method, param, value):
+    X, y = _blobs(rng)
+    clf = _flynn(device).fit(X, y)
+    before = to_host(clf.counts_).copy()
+    clf.set_params(**{param: value})
+    with pytest.raises(ValueError, match=param):
+        FLYNN_CALLS[method](clf, _on(X, device), y)
+    assert np.array_equal(to_host(clf.counts_), before)
+
+
+@pytest.mark.parametrize(
+    "param, value", [("bisect_steps", -1), ("bisect_steps", 0), ("output", "bits"), ("verbose", -2)]
+)
+@pytest.mark.parametrize("method", sorted(FLYHASH_CALLS))
+def test_flyhash_bad_parameter_after_fit_is_refused_by_name(device, rng, method, param, value):
+    X = rng.random((20, 8))
+    fh = _flyhash(device, algorithm="bisect").fit(X)
+    fh.set_params(**{param: value})
+    with pytest.raises(ValueError, match=param):
+        FLYHASH_CALLS[method](fh, _on(X, device))
+
+
+def test_cross_parameter_rules_are_checked_after_fit(rng):
+    X, y = _blobs(rng)
+    fh = _flyhash().fit(X)
+    fh.set_params(precision="integer", algorithm="bisect")
+    with pytest.raises(ValueError, match="algorithm='exact' only"):
+        fh.transform(X)
+    clf = _flynn().fit(X, y)
+    clf.set_params(precision="integer")  # under the default encoding
+    with pytest.raises(ValueError, match="normalize=False"):
+        clf.predict(X)
+
+
+#: Parameters a fitted model depends on, and another valid value of each.
+FLYNN_MODEL_CHANGES = [
+    ("n_components", 256),
+    ("k", 8),
+    ("n_connections", 3),
+    ("connection_sparsity", 0.5),
+    ("expansion_factor", 3.0),
+    ("random_state", 1),
+    ("encoding", "population"),
+    ("encoding", None),
+    ("normalize", True),
+    ("input_range", (-50.0, 50.0)),
+    ("gamma", 0.5),
+    ("decay", "count"),
+]
+
+
+@pytest.mark.parametrize("param, value", FLYNN_MODEL_CHANGES)
+@pytest.mark.parametrize("method", sorted(FLYNN_CALLS))
+def test_flynn_model_parameter_changed_after_fit_is_refused(device, rng, method, param, value):
+    """A parameter the fitted projection, encoding or filters depend on cannot change silently:
+    the call names it, and the model answers as before once it is set back (or refitted)."""
+    X, y = _blobs(rng)
+    clf = _flynn(device).fit(X, y)
+    proba = to_host(clf.predict_proba(_on(X, device)))
+    old = clf.get_params()[param]
+    clf.set_params(**{param: value})
+    with pytest.raises(ValueError, match=rf"{param} was .* when .* fitted.*\bfit\b"):
+        FLYNN_CALLS[method](clf, _on(X, device), y)
+    clf.set_params(**{param: old})
+    np.testing.assert_array_equal(to_host(clf.predict_proba(_on(X, device))), proba)
+    clf.set_params(**{param: value}).fit(X, y)  # a refit takes the new value
+    FLYNN_CALLS[method](clf, _on(X, device), y)
+
+
+def test_flynn_call_time_parameters_may_change_after_fit(rng):
+    X, y = _blobs(rng)
+    clf = _flynn().fit(X, y)
+    ref = clf.predict_proba(X)
+    clf.set_params(batch_size=7, precision="fast", verbose=0, output_type="numpy")
+    np.testing.assert_array_equal(clf.predict_proba(X), ref)
+
+
+def test_flynn_input_range_arrays_edited_in_place_after_fit_are_refused(rng):
+    X, y = _blobs(rng)
+    low, high = X.min(axis=0), X.max(axis=0)
+    clf = _flynn(input_range=(low, high)).fit(X, y)
+    ref = clf.predict(X)
+    low[0] -= 5.0  # the parameter's own array, changed in place
+    with pytest.raises(ValueError, match="input_range"):
+        clf.predict(X)
+    low[0] += 5.0
+    np.testing.assert_array_equal(clf.predict(X), ref)
+
+
+@pytest.mark.parametrize(
+    "param, value",
+    [
+        ("n_components", 100),
+        ("k", 5),
+        ("k", 0.5),
+        ("n_connections", 1),
+        ("connection_sparsity", 0.9),
+        ("expansion_factor", 2.0),
+        ("random_state", 7),
+    ],
+)
+@pytest.mark.parametrize("method", sorted(FLYHASH_CALLS))
+def test_flyhash_model_parameter_changed_after_fit_is_refused(device, rng, method, param, value):
+    X = rng.random((30, 8))
+    fh = _flyhash(device).fit(X)
+    ref = to_host(fh.transform(_on(X, device))).toarray()
+    old = fh.get_params()[param]
+    fh.set_params(**{param: value})
+    with pytest.raises(ValueError, match=rf"{param} was .* when .* fitted.*\bfit\b"):
+        FLYHASH_CALLS[method](fh, _on(X, device))
+    fh.set_params(**{param: old})
+    np.testing.assert_array_equal(to_host(fh.transform(_on(X, device))).toarray(), ref)
+    fh.set_params(**{param: value}).fit(X)
+    FLYHASH_CALLS[method](fh, _on(X, device))
+
+
+def test_flyhash_call_time_parameters_may_change_after_fit(rng):
+    X = rng.random((30, 8))
+    fh = _flyhash().fit(X)
+    ref = fh.transform(X).toarray()
+    fh.set_params(output="dense", precision="fast", verbose=0)
+    np.testing.assert_array_equal(fh.transform(X), ref)
+    assert (
+        fh.set_params(precision="exact", algorithm="bisect", bisect_steps=300).transform(X).shape == ref.shape
+    )
+
+
+def test_merge_refuses_a_party_whose_parameters_changed_after_fit(rng):
+    X, y = _blobs(rng)
+    a = _flynn(input_range=(-50, 50)).fit(X[:60], y[:60])
+    b = _flynn(input_range=(-50, 50)).fit(X[60:], y[60:])
+    b.set_params(k=8)
+    with pytest.raises(ValueError, match=r"models\[1\].*k was 16 when"):
+        merge_flynn([a, b])
+    a.set_params(k=8)  # both changed alike: the merged model would hash with k=8 on k=16 counts
+    with pytest.raises(ValueError, match=r"models\[0\].*k was 16 when"):
+        merge_flynn([a, b])
+
+
+# --------------------------------------------------------------------------- #
+# Dates and time spans                                                          #
+# --------------------------------------------------------------------------- #
+def _dates(n=40, d=6):
+    return (np.arange(n * d).reshape(n, d) * 86400).astype("datetime64[s]")
+
+
+@pytest.mark.parametrize("kind", ["datetime64", "timedelta64"])
+def test_dates_are_refused_everywhere(rng, kind):
+    Xt = _dates()
+    if kind == "timedelta64":
+        Xt = Xt - Xt[0, 0]
+    X = rng.random(Xt.shape)
+    y = rng.integers(0, 2, Xt.shape[0])
+    match = rf"dtype {kind}.*dates and time spans"
+    with pytest.raises(ValueError, match=match):
+        _flyhash().fit(Xt)
+    with pytest.raises(ValueError, match=match):
+        _flyhash().fit(X).transform(Xt)
+    with pytest.raises(ValueError, match=match):
+        _flynn().fit(Xt, y)
+    with pytest.raises(ValueError, match=match):
+        _flynn().partial_fit(Xt, y, classes=[0, 1])
+    clf = _flynn().fit(X, y)
+    for call in FLYNN_CALLS.values():
+        with pytest.raises(ValueError, match=match):
+            call(clf, Xt, y)
+    with pytest.raises(ValueError, match=match):
+        _flynn().fit([list(row) for row in Xt], y)  # lists of NumPy dates: asarray gives the dtype back
+    with pytest.raises(ValueError, match=match):
+        fit_federated(None, [(X, y), (Xt, y)], random_state=0)
+
+
+def test_dask_dates_are_refused_with_the_same_message():
+    da = pytest.importorskip("dask.array")
+    Xt = da.from_array(_dates(), chunks=(20, 6))
+    y = np.arange(40) % 2
+    with pytest.raises(ValueError, match="dtype datetime64.*dates and time spans"):
+        _flyhash().fit(Xt)
+    with pytest.raises(ValueError, match="dtype datetime64.*dates and time spans"):
+        _flynn().fit(Xt, y)
+    fitted = _flyhash().fit(np.ones((3, 6)) + np.arange(18).reshape(3, 6))
+    with pytest.raises(ValueError, match="dtype datetime64.*dates and time spans"):
+        fitted.transform(Xt)
+
+
+# --------------------------------------------------------------------------- #
+# A fit that fails keeps the model it had                                       #
+# --------------------------------------------------------------------------- #
+def _failing_flynn_fits(X, y):
+    bad = X[:, :5].copy()
+    bad[0, 0] = np.nan
+    return {
+        "y too short": lambda c: c.fit(X, y[:10]),
+        "NaN in another width": lambda c: c.fit(bad, y),
+        "continuous y": lambda c: c.fit(X, 0.5 * np.arange(len(y))),
+        "bad parameter": lambda c: c.set_params(n_connections=10**6).fit(X, y),
+        "partial_fit with y too short": lambda c: c.partial_fit(X, y[:10]),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(_failing_flynn_fits(np.zeros((2, 6)), np.zeros(2))))
+def test_failed_flynn_fit_keeps_the_old_model(device, rng, case):
+    X, y = _blobs(rng)
+    clf = _flynn(device).fit(X, y)
+    params = clf.get_params()
+    ref = to_host(clf.predict_proba(_on(X, device)))
+    state = sorted(vars(clf))
+    with pytest.raises((ValueError, TypeError)):
+        _failing_flynn_fits(X, y)[case](clf)
+    clf.set_params(**params)
+    np.testing.assert_array_equal(to_host(clf.predict_proba(_on(X, device))), ref)
+    assert sorted(k for k in vars(clf) if k != "_device_cache") == [k for k in state if k != "_device_cache"]
+
+
+def test_failed_partial_fit_keeps_the_counts(device, rng):
+    X, y = _blobs(rng)
+    clf = _flynn(device).partial_fit(X[:60], y[:60], classes=[0, 1, 2])
+    ref = to_host(clf.counts_).copy()
+    bad = X[60:].copy()
+    bad[5, 2] = np.inf
+    for call in (
+        lambda: clf.partial_fit(bad, y[60:]),
+        lambda: clf.partial_fit(X[60:], y[60:] + 5),
+        lambda: clf.partial_fit(X[60:, :4], y[60:]),
+        lambda: clf.partial_fit(X[60:], y[60:], classes=[0, 1]),
+    ):
+        with pytest.raises(ValueError):
+            call()
+        assert np.array_equal(to_host(clf.counts_), ref)
+    clf.partial_fit(X[60:], y[60:])  # and it goes on from there
+    assert to_host(clf.counts_).sum() > ref.sum()
+
+
+def test_failed_first_fit_leaves_the_estimator_unfitted(rng):
+    X, y = _blobs(rng)
+    clf = _flynn()
+    with pytest.raises(ValueError):
+        clf.fit(X, y[:3])
+    with pytest.raises(NotFittedError):
+        clf.predict(X)
+    with pytest.raises(ValueError):
+        clf.partial_fit(X, y[:3], classes=[0, 1, 2])
+    with pytest.raises(NotFittedError):
+        clf.predict(X)
+    assert [k for k in vars(clf) if k.endswith("_")] == []
+
+
+def test_failed_flyhash_fit_keeps_the_old_projection(device, rng):
+    X = rng.random((20, 8))
+    fh = _flyhash(device).fit(X)
+    ref = to_host(fh.transform(_on(X, device))).toarray()
+    bad = rng.random((20, 5))
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError):
+        fh.fit(bad)  # another width, refused after scikit-learn's checks read it
+    with pytest.raises(ValueError):
+        fh.set_params(n_connections=7).fit(X[:, :5])  # more connections than features
+    fh.set_params(n_connections=None)
+    assert fh.n_features_in_ == 8
+    np.testing.assert_array_equal(to_host(fh.transform(_on(X, device))).toarray(), ref)
+    fresh = _flyhash()
+    with pytest.raises(ValueError):
+        fresh.fit(bad)
+    with pytest.raises(NotFittedError):
+        fresh.transform(X)
