@@ -870,7 +870,8 @@ def test_optimiser_steps_are_the_textbook_formulas_bit_for_bit(device, rng):
         for i, g in enumerate(gs):
             m[i] = 0.9 * m[i] + (1 - 0.9) * g
             v[i] = 0.999 * v[i] + (1 - 0.999) * g * g
-            ra[i] = ra[i] - lr * m[i] / (v[i] ** 0.5 + 1e-8)
+            root = v[i] ** 0.5 if xp is np else xp.sqrt(v[i])  # NumPy's ** 0.5 is its sqrt
+            ra[i] = ra[i] - lr * m[i] / (root + 1e-8)
             vel[i] = 0.9 * vel[i] - 0.05 * g
             rs[i] = rs[i] + vel[i]
     for got, want in zip(pa + ps, ra + rs):
