@@ -2,6 +2,8 @@
 changed after fit, dates as features, fits that fail half-way, parties that disagree on
 their columns, oversize projections, and odd input of every kind."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.exceptions import NotFittedError
@@ -331,3 +333,82 @@ def test_failed_flyhash_fit_keeps_the_old_projection(device, rng):
         fresh.fit(bad)
     with pytest.raises(NotFittedError):
         fresh.transform(X)
+
+
+# --------------------------------------------------------------------------- #
+# Parties that disagree on their columns                                        #
+# --------------------------------------------------------------------------- #
+def _parties(rng, n=3, d=5):
+    X, y = _blobs(rng, n=60 * n, d=d)
+    params = dict(input_range=(-50, 50))
+    return [_flynn(**params).fit(X[60 * i : 60 * (i + 1)], y[60 * i : 60 * (i + 1)]) for i in range(n)], X
+
+
+def _named(model, names):
+    model.feature_names_in_ = np.asarray(names, dtype=object)  # as a fit on a data frame sets it
+    return model
+
+
+def test_merge_refuses_parties_whose_columns_are_in_another_order(rng):
+    models, _ = _parties(rng)
+    _named(models[0], list("abcde"))
+    _named(models[1], list("abcde"))
+    _named(models[2], list("abdce"))
+    match = r"models\[2\].*feature 2 named 'd'.*models\[0\].*'c'.*another order"
+    with pytest.raises(ValueError, match=match):
+        merge_flynn(models)
+    _named(models[2], list("abcdz"))
+    with pytest.raises(ValueError, match=r"models\[2\].*feature 4 named 'z'.*'e'") as err:
+        merge_flynn(models)
+    assert "another order" not in str(err.value)
+    _named(models[2], list("abcde"))
+    merged = merge_flynn(models)
+    assert merged.feature_names_in_.tolist() == list("abcde")
+
+
+def test_merge_warns_when_only_some_parties_have_feature_names(rng):
+    models, X = _parties(rng)
+    _named(models[1], list("abcde"))
+    with pytest.warns(UserWarning, match=r"models\[0\], models\[2\] .*without feature names.*models\[1\]"):
+        merged = merge_flynn(models)
+    assert merged.feature_names_in_.tolist() == list("abcde")  # the names that were given
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        merge_flynn([models[0], models[2]])  # none has names: nothing to say
+        merge_flynn([models[1], models[1]])
+
+
+def test_merge_of_data_frames_in_another_column_order_is_refused(rng):
+    pd = pytest.importorskip("pandas")
+    X, y = _blobs(rng, n=120, d=4)
+    params = dict(input_range=(-50, 50))
+    a = _flynn(**params).fit(pd.DataFrame(X[:60], columns=list("abcd")), y[:60])
+    frame = pd.DataFrame(X[60:], columns=list("abcd"))[list("badc")]
+    b = _flynn(**params).fit(frame, y[60:])
+    with pytest.raises(ValueError, match=r"models\[1\].*feature 0 named 'b'"):
+        merge_flynn([a, b])
+
+
+def test_fit_federated_refuses_shards_of_different_widths_before_any_work(rng):
+    X, y = _blobs(rng, n=90, d=8)
+    shards = [(X[:30], y[:30]), (X[30:60], y[30:60]), (X[60:, :6], y[60:])]
+    for params in (dict(), dict(input_range=(-50, 50))):  # with and without an agreed range
+        with pytest.raises(ValueError, match=r"shard 2 has 6 features.*shard 0 has 8"):
+            fit_federated(None, shards, random_state=0, **params)  # no client is touched
+
+
+def test_fit_federated_refuses_data_frames_in_another_column_order(rng):
+    pd = pytest.importorskip("pandas")
+    X, y = _blobs(rng, n=60, d=4)
+    a = pd.DataFrame(X[:30], columns=list("abcd"))
+    b = pd.DataFrame(X[30:], columns=list("abcd"))[list("abdc")]
+    with pytest.raises(ValueError, match=r"shard 1.*feature 2 named 'd'.*shard 0.*'c'"):
+        fit_federated(None, [(a, y[:30]), (b, y[30:])], random_state=0)
+
+
+def test_fit_federated_names_the_shard_of_another_width_on_the_cluster(dask_client, rng):
+    X, y = _blobs(rng, n=60, d=8)
+    futures = dask_client.scatter([(X[:30], y[:30]), (X[30:, :5], y[30:])])
+    for params in (dict(), dict(input_range=(-50, 50))):
+        with pytest.raises(ValueError, match=r"shard 1 has 5 features.*shard 0 has 8"):
+            fit_federated(dask_client, futures, random_state=0, **params)

@@ -9,6 +9,7 @@ model is bit-identical to the model fitted on everything (Ram & Sinha, AAAI 2022
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -86,6 +87,79 @@ def _check_label_types(parts, names):
                 f"({first.tolist()[:5]}) but {names[i]} has {kind} ones ({other.tolist()[:5]}); "
                 "every party must label classes with the same type."
             )
+
+
+def _agreed_feature_names(names, who, what, warn=True):
+    """The feature names that parties fitted on data frames agree on (None when none has any).
+
+    ``names[i]`` is party ``who[i]``'s ``feature_names_in_`` or None. Names that differ, or
+    come in another order, are refused, naming the first column that differs: the counts
+    of a cell would then add up readings of different features. Parties without names
+    beside parties with them give a UserWarning (``warn``): their columns cannot be
+    checked, as scikit-learn warns when an array meets a model fitted on a data frame.
+    """
+    named = [i for i, n in enumerate(names) if n is not None]
+    if not named:
+        return None
+    ref = named[0]
+    first = np.asarray(names[ref], dtype=object)
+    for i in named[1:]:
+        other = np.asarray(names[i], dtype=object)
+        if other.shape == first.shape and np.array_equal(other, first):
+            continue
+        if other.shape != first.shape:
+            raise ValueError(
+                f"{what}: {who[i]} has {other.size} named features but {who[ref]} has {first.size}."
+            )
+        j = int(np.flatnonzero(other != first)[0])
+        order = " (the same names in another order)" if sorted(other) == sorted(first) else ""
+        raise ValueError(
+            f"{what}: {who[i]} has feature {j} named {other[j]!r} where {who[ref]} has {first[j]!r}"
+            f"{order}; every party must pass the same columns in the same order (reorder a data "
+            f"frame with X[{first.tolist()[:4]}{'...' if first.size > 4 else ''}])."
+        )
+    unnamed = [who[i] for i in range(len(names)) if names[i] is None]
+    if unnamed and warn:
+        warnings.warn(
+            f"{what}: {', '.join(unnamed)} {'was' if len(unnamed) == 1 else 'were'} fitted without "
+            f"feature names and {who[ref]} with them; the merged model takes the names of "
+            f"{who[ref]}, and the columns of the others cannot be checked against them.",
+            UserWarning,
+            stacklevel=3,
+        )
+    return first
+
+
+def _check_widths(widths, who):
+    """ValueError naming the first party whose number of features differs from the first's."""
+    for width, name in zip(widths, who, strict=True):
+        if width != widths[0]:
+            raise ValueError(
+                f"fit_federated: {name} has {width} features but {who[0]} has {widths[0]}; every "
+                "party must hold the same features, in the same order."
+            )
+
+
+def _check_local_shards(shards):
+    """The widths and column names of the ``(X, y)`` pairs held by the client, compared
+    before any work (the others are compared when their ranges or counts come back)."""
+    from sklearn.utils.validation import _get_feature_names
+
+    widths, names, who = [], [], []
+    for i, s in enumerate(shards):
+        if not (isinstance(s, (tuple, list)) and len(s) == 2) or is_dask_collection(s[0]):
+            continue  # futures; anything else is refused with its own message later
+        try:
+            shape = getattr(s[0], "shape", None) or np.shape(s[0])
+        except ValueError:  # ragged rows: the party's fit says what is wrong
+            continue
+        if len(shape) != 2:
+            continue
+        widths.append(int(shape[1]))
+        names.append(_get_feature_names(s[0]))
+        who.append(f"shard {i}")
+    _check_widths(widths, who)
+    _agreed_feature_names(names, who, "fit_federated", warn=False)
 
 
 def _combine(template, parts, names, input_range=(None, None)):
@@ -191,14 +265,19 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
                 "(input_range='fit' takes each party's own minimum and maximum). Fit the parties with "
                 "the same fixed input_range=(low, high), or with fit_federated, which agrees on one."
             )
+    names = _agreed_feature_names(
+        [getattr(m, "feature_names_in_", None) for m in models],
+        [f"models[{i}]" for i in range(len(models))],
+        "Cannot merge FlyNN models",
+    )
     params = dict(ref_params)
     if device is not None:
         params["device"] = device
     parts = [(m.classes_, to_host(m.counts_), m.n_features_in_) for m in models]
     ranges = (ref.input_low_, ref.input_high_) if hasattr(ref, "input_low_") else (None, None)
     merged = _combine(FlyNNClassifier(**params), parts, [f"models[{i}]" for i in range(len(models))], ranges)
-    if hasattr(ref, "feature_names_in_"):
-        merged.feature_names_in_ = ref.feature_names_in_
+    if names is not None:
+        merged.feature_names_in_ = names
     return merged
 
 
@@ -250,6 +329,7 @@ def _fit_party(X, y, params, index):
         "classes": clf.classes_,
         "counts": to_host(clf.counts_),
         "n_features": int(clf.n_features_in_),
+        "feature_names": getattr(clf, "feature_names_in_", None),
         "n_samples": int(np.asarray(to_host(y)).shape[0]),
     }
 
@@ -324,6 +404,7 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
     party = {**full, "verbose": 0}  # the client reports, parties stay quiet
     if not _dask_pair(shards):
         shards = list(shards)  # read twice below (an iterator would be spent)
+        _check_local_shards(shards)
     if full["encoding"] is not None and isinstance(full["input_range"], str):
         ranges = _agreed_range(client, shards, party)  # every party tiles the same range
         party["input_range"] = ranges
@@ -338,11 +419,13 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
         for fut in as_completed(futures):
             bar.update(shard=shard_of[fut.key], samples=fut.result()["n_samples"])
     results = client.gather(futures)
-    n_features = {r["n_features"] for r in results}
-    if len(n_features) != 1:
-        raise ValueError(f"Shards have different numbers of features: {sorted(n_features)}.")
+    who = [f"shard {i}" for i in range(len(results))]
+    _check_widths([r["n_features"] for r in results], who)
+    names = _agreed_feature_names([r.get("feature_names") for r in results], who, "fit_federated")
     parts = [(r["classes"], r["counts"], r["n_features"]) for r in results]
     clf = _combine(FlyNNClassifier(**full), parts, [f"shard {i}" for i in range(len(parts))], ranges)
+    if names is not None:
+        clf.feature_names_in_ = names
     bar.close(samples=sum(r["n_samples"] for r in results), classes=len(clf.classes_))
     return clf
 
@@ -391,7 +474,9 @@ def _agreed_range(client, shards, params):
             raise TypeError(f"shards[{i}] must be a Future or an (X, y) pair, got {type(s).__name__}.")
     if not ranges:
         raise ValueError("fit_federated needs at least one shard.")
-    return wider_range(*[r.result() if isinstance(r, Future) else r for r in ranges])
+    ranges = [r.result() if isinstance(r, Future) else r for r in ranges]
+    _check_widths([len(low) for low, _ in ranges], [f"shard {i}" for i in range(len(ranges))])
+    return wider_range(*ranges)
 
 
 def _submit(client, shards, params):
