@@ -507,7 +507,7 @@ def test_verbose_1_logs_one_summary_line_per_call(caplog, rng):
 
 @pytest.mark.parametrize("init", ["input", "random"])
 def test_verbose_2_reports_per_sweep_and_per_group_with_the_same_bits(caplog, monkeypatch, init, rng):
-    import sknn_gpu.halftone._dtcnn as dtcnn_module
+    import sknn_gpu.halftone._dtcnn_run as dtcnn_module
 
     batch = np.stack([smooth_image(rng, (18, 22)) for _ in range(5)])
     params = dict(device="cpu", init=init, random_state=4, levels=3)
@@ -568,7 +568,7 @@ def test_gpu_reports_blocks_of_sweeps_with_the_same_bits(caplog, monkeypatch, sc
 
 @pytest.mark.cuda
 def test_gpu_reports_groups_of_images_with_the_same_bits(caplog, monkeypatch, rng):
-    import sknn_gpu.halftone._dtcnn as dtcnn_module
+    import sknn_gpu.halftone._dtcnn_run as dtcnn_module
 
     batch = np.stack([smooth_image(rng, (33, 40)) for _ in range(5)])
     cpu = DTCNNHalftoner(device="cpu", init="random", random_state=2).fit(batch)
@@ -613,7 +613,7 @@ def test_out_of_memory_half_way_leaves_fit_unfitted_and_transform_unchanged(
     from sklearn.exceptions import NotFittedError
     from sklearn.utils.validation import check_is_fitted
 
-    import sknn_gpu.halftone._dtcnn as dtcnn_module
+    import sknn_gpu.halftone._dtcnn_run as dtcnn_module
 
     engine = dtc if device == "cuda" else cpu_engine
     batch = np.stack([smooth_image(rng, (16, 20)) for _ in range(4)])
@@ -966,7 +966,7 @@ def _host_peak(fn):
 def test_memory_does_not_grow_with_max_iter(device, rng, monkeypatch):
     """max_iter=3e9 on a 40 x 50 image used to ask for 22 GiB (per-sweep counters sized by
     max_iter); the counters now take one block of sweeps at a time."""
-    import sknn_gpu.halftone._dtcnn as dtcnn_module
+    import sknn_gpu.halftone._dtcnn_run as dtcnn_module
 
     counters = []
     real = dtc._counters
@@ -994,7 +994,7 @@ def test_async_cycle_is_detected_and_stops_the_run(device):
     by comparing states (Brent's method, one saved state per image) and stops the image."""
     from sklearn.exceptions import ConvergenceWarning
 
-    import sknn_gpu.halftone._dtcnn as dtcnn_module
+    import sknn_gpu.halftone._dtcnn_run as dtcnn_module
 
     block = getattr(dtcnn_module, "SWEEP_BLOCK", 64)
     y, x = np.mgrid[0:24, 0:28]
@@ -1096,6 +1096,21 @@ def test_parameters_set_after_fit_are_validated(rng):
         ht.transform(img)
 
 
+def test_template_parameters_changed_after_fit_are_refused_until_refit(rng):
+    # transform halftones with the fitted templates but reads levels as it is now: a valid
+    # new value (levels=4 on templates built for 2) must not give a silently mixed result
+    img = smooth_image(rng, (16, 18))
+    ht = DTCNNHalftoner(device="cpu").fit(img)
+    for change in ({"levels": 4}, {"sigma": 0.9}, {"T": 0.1}):
+        ht.set_params(**change)
+        with pytest.raises(ValueError, match=f"{next(iter(change))} changed after fit"):
+            ht.transform(img)
+        refit = ht.fit(img).transform(img)  # fit builds the templates for the new value
+        np.testing.assert_array_equal(refit, DTCNNHalftoner(**ht.get_params()).fit_transform(img))
+    ht.set_params(max_iter=7)  # not a template parameter: read as it is, no refit needed
+    assert ht.transform(img).shape == img.shape
+
+
 def test_dask_rows_of_flattened_images(rng):
     da = pytest.importorskip("dask.array")
     batch = np.stack([smooth_image(rng, (8, 10)) for _ in range(6)])
@@ -1113,7 +1128,7 @@ def test_dask_rows_of_flattened_images(rng):
 def test_blocks_of_sweeps_change_no_bit_of_a_converging_run(device, rng, monkeypatch):
     """Long runs sweep in blocks of SWEEP_BLOCK (the state checked between blocks); for an
     image that converges, where the blocks end changes nothing."""
-    import sknn_gpu.halftone._dtcnn as dtcnn_module
+    import sknn_gpu.halftone._dtcnn_run as dtcnn_module
 
     batch = np.stack([smooth_image(rng, (30, 36)) for _ in range(3)])
     params = dict(device=device, max_iter=dtcnn_module.SWEEP_BLOCK + 1, levels=3, init="bayer")
@@ -1132,7 +1147,7 @@ def test_blocks_of_sweeps_change_no_bit_of_a_converging_run(device, rng, monkeyp
 def test_gpu_long_runs_and_cycles_are_bit_identical(verbose, rng, monkeypatch):
     """Blocks of sweeps, sub-stacks of the images still moving and the cycle checks give the
     CPU's bits (verbose on one image: the GPU's per-sweep launches inside the blocks)."""
-    import sknn_gpu.halftone._dtcnn as dtcnn_module
+    import sknn_gpu.halftone._dtcnn_run as dtcnn_module
 
     monkeypatch.setattr(dtcnn_module, "SWEEP_BLOCK", 8)
     y, x = np.mgrid[0:40, 0:52]

@@ -107,7 +107,7 @@ def test_output_takes_only_allowed_levels_and_keeps_layout(data, levels, mode, i
 def test_verbose_never_changes_a_bit(data, levels, mode, init, group_pixels):
     import logging
 
-    import sknn_gpu.halftone._dtcnn as dtcnn_module
+    import sknn_gpu.halftone._dtcnn_run as dtcnn_module
 
     X, axis = data
     params = dict(levels=levels, mode=mode, init=init, channel_axis=axis, random_state=1, max_iter=6)
