@@ -10,7 +10,7 @@ from sklearn.model_selection import GridSearchCV, cross_val_score
 
 from sknn_gpu._backend import InsufficientMemoryError, to_host
 from sknn_gpu.memory import GBNNMemory, _gbnn_cpu, erasure_error_rate, theoretical_density
-from sknn_gpu.memory._gbnn import gbnn_bytes
+from sknn_gpu.memory._capacity import gbnn_bytes
 from sknn_gpu.memory._gbnn_cpu import _unpack
 
 RULES = ["sum-of-sum", "sum-of-max", "joint"]
