@@ -173,7 +173,8 @@ def test_outputs_agree(rng):
 def test_sparse_and_dense_input_agree(rng, device):
     X = rng.random((40, 25))
     X[X < 0.6] = 0
-    fh = FlyHashTransformer(k=11, random_state=0, device=device, output="dense").fit(X)
+    # 16 connections: the fused-kernel build the other GPU tests use (FlyNN's default S)
+    fh = FlyHashTransformer(k=11, n_connections=16, random_state=0, device=device, output="dense").fit(X)
     dense = to_host(fh.transform(X))
     for fmt in ("csr", "csc", "coo"):
         np.testing.assert_array_equal(to_host(fh.transform(sp.coo_matrix(X).asformat(fmt))), dense)
@@ -358,7 +359,9 @@ def test_cuda_every_rows_per_block_variant_matches_cpu(rows, monkeypatch, rng):
     monkeypatch.setenv("SKNN_GPU_FLYHASH_ROWS", str(rows))
     monkeypatch.setattr(_flyhash_cuda, "BAND_MAX_CONNECTIONS", 0)  # the fused kernel, not the band path
     X = np.vstack([_digits()[:150], rng.random((90, 64)) * 16, np.full((3, 64), 7.0)])
-    for params in (dict(k=32), dict(k=0.05, expansion_factor=32, connection_sparsity=0.05)):
+    # both configurations with FlyNN's default 16 connections: the kernel is built per (rows,
+    # connections), so each rows value here is one build, shared with the FlyNN tests
+    for params in (dict(k=32, n_connections=16), dict(k=0.05, expansion_factor=32, n_connections=16)):
         cpu = FlyHashTransformer(random_state=1, device="cpu", output="packed", **params).fit(X)
         gpu = FlyHashTransformer(random_state=1, device="cuda", output="packed", **params).fit(X)
         np.testing.assert_array_equal(cpu.transform(X), gpu.transform(cupy.asarray(X)).get())
@@ -405,7 +408,7 @@ def test_cuda_window_list_overflow_is_finished_by_the_host(monkeypatch, rng):
     monkeypatch.setattr(_flyhash_cuda, "_window_cap", lambda m, k: 8)
     monkeypatch.setattr(_flyhash_cuda, "BAND_MAX_CONNECTIONS", 0)  # the fused kernel, not the band path
     X = rng.random((150, 64)).astype(np.float32)
-    params = dict(expansion_factor=32, connection_sparsity=0.1, k=0.05)
+    params = dict(expansion_factor=32, n_connections=16, k=0.05)
     gpu = FlyHashTransformer(random_state=2, device="cuda", output="packed", **params).fit(X)
     stats = {}
     _flyhash_cuda.words(gpu, cupy.asarray(X), "exact", stats=stats, integer_input=False)
@@ -489,11 +492,14 @@ def test_cuda_band_rows_with_too_many_candidates_go_to_the_fused_kernel(monkeypa
 
     monkeypatch.setattr(_flyhash_cuda, "BAND_SAFETY", 1e4)  # a band that holds hundreds of units
     X = rng.random((200, 300)).astype(np.float32)
-    fh = FlyHashTransformer(random_state=5, device="cuda", output="packed", k=32).fit(X)
+    # 39 connections: the band and fused builds of the FashionMNIST configuration's tests
+    params = dict(random_state=5, output="packed", k=32, n_connections=39)
+    fh = FlyHashTransformer(device="cuda", **params).fit(X)
+    assert _flyhash_cuda._band_ok(fh)
     stats = {}
     words = _flyhash_cuda.words(fh, cupy.asarray(X), "exact", stats=stats, integer_input=False)
     assert stats["band_redone_rows"] == 200
-    cpu = FlyHashTransformer(random_state=5, device="cpu", output="packed", k=32).fit(X)
+    cpu = FlyHashTransformer(device="cpu", **params).fit(X)
     m = fh.n_components_
     np.testing.assert_array_equal(cpu.transform(X), words.get().view(np.uint8)[:, : (m + 7) // 8])
 
@@ -515,8 +521,9 @@ def test_cuda_bisect_matches_cpu(rng):
     import cupy
 
     X = rng.random((200, 50)).astype(np.float32)
-    cpu = FlyHashTransformer(k=30, algorithm="bisect", random_state=0, device="cpu", output="dense").fit(X)
-    gpu = FlyHashTransformer(k=30, algorithm="bisect", random_state=0, device="cuda", output="dense").fit(X)
+    params = dict(k=30, n_connections=16, algorithm="bisect", random_state=0, output="dense")
+    cpu = FlyHashTransformer(device="cpu", **params).fit(X)
+    gpu = FlyHashTransformer(device="cuda", **params).fit(X)
     np.testing.assert_array_equal(cpu.transform(X), gpu.transform(cupy.asarray(X)).get())
 
 
@@ -527,7 +534,7 @@ def test_cuda_sparse_input_and_pickle(rng):
 
     X = rng.random((64, 40)).astype(np.float32)
     X[X < 0.5] = 0
-    gpu = FlyHashTransformer(k=20, random_state=0, device="cuda", output="dense").fit(X)
+    gpu = FlyHashTransformer(k=20, n_connections=16, random_state=0, device="cuda", output="dense").fit(X)
     dense = gpu.transform(cupy.asarray(X))
     np.testing.assert_array_equal(gpu.transform(csp.csr_matrix(cupy.asarray(X))).get(), dense.get())
     back = pickle.loads(pickle.dumps(gpu))
@@ -782,8 +789,8 @@ def test_verbose_logs_fit_and_transform(caplog, rng, verbose):
 # bisect_steps (issue 16: the paper's halvings are a parameter)                  #
 # --------------------------------------------------------------------------- #
 def _bisect_wrong_rows(steps, X, **kw):
-    # 10 of 30 inputs per unit: units with the same inputs (exact ties) are very unlikely
-    params = dict(n_components=400, n_connections=10, k=20, output="dense", random_state=0, **kw)
+    # 16 of 30 inputs per unit: units with the same inputs (exact ties) are very unlikely
+    params = dict(n_components=400, n_connections=16, k=20, output="dense", random_state=0, **kw)
     fh = FlyHashTransformer(algorithm="bisect", bisect_steps=steps, **params).fit(X)
     H = to_host(fh.transform(X))
     exact = to_host(fh.set_params(algorithm="exact").transform(X))
