@@ -91,12 +91,6 @@ def test_sparsenet(device, rng, monkeypatch, failure):
     _assert_kept_or_cleanly_unfitted(reg, before, lambda: reg.predict(X), expected)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GBNNMemory.fit drops W_, n_clusters_ and cluster_size_ before validating X, and a "
-    "refused fit keeps device_, density_, n_messages_seen_, tie_seed_ and n_features_in_: "
-    "half-fitted (remove this mark with the fix in sknn_gpu/memory/)",
-)
 @pytest.mark.parametrize("bad", ["symbol beyond cluster_size", "non-integer symbol"])
 def test_gbnn(device, rng, bad):
     msgs = rng.integers(0, 16, size=(40, 4))

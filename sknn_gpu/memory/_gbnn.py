@@ -378,6 +378,10 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
     def fit(self, X: ArrayLike, y: None = None) -> GBNNMemory:
         """Store every message of ``X`` in a fresh memory.
 
+        A fit that is refused (bad symbols, too large) or fails half-way (out of
+        memory, interrupted) leaves the estimator as it was: the previous memory, or
+        unfitted.
+
         Parameters
         ----------
         X : array-like or Dask array of shape (n_messages, n_clusters)
@@ -392,9 +396,18 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         -------
         self : GBNNMemory
         """
-        for attr in ("W_", "n_clusters_", "cluster_size_", "n_features_in_"):
-            self.__dict__.pop(attr, None)
-        return self._store(X, first=True)
+        # a fresh memory: the previous one's shape must not steer the new fit's checks, but a
+        # fit that is refused or fails half-way puts the previous model back, whole
+        previous = {a: v for a, v in vars(self).items() if a.endswith("_") and not a.startswith("_")}
+        for attr in previous:
+            del self.__dict__[attr]
+        try:
+            return self._store(X, first=True)
+        except BaseException:
+            for attr in [a for a in vars(self) if a.endswith("_") and not a.startswith("_")]:
+                del self.__dict__[attr]
+            self.__dict__.update(previous)
+            raise
 
     @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
