@@ -4,20 +4,26 @@ Federated FlyNN in one round, with parties as separate processes
 
 Three parties each hold a non-IID share of the digits (each sees mostly its own
 digits). Every party runs in its own process, fits a
-:class:`~sknn_gpu.fly.FlyNNClassifier` on its data only, and sends its fitted
-model back once. The server merges the models with
-:func:`~sknn_gpu.fly.merge_flynn`: the counts add up, so the merged model is
-bit-identical to a model fitted on the pooled data, which no one ever saw.
+:class:`~sknn_gpu.fly.FlyNNClassifier` on its data only, and sends its counts back
+once, as bytes in a safe format (:meth:`~sknn_gpu.fly.FlyNNClassifier.export_counts`:
+plain arrays and JSON, never a pickle, so reading another party's file runs none of
+its code). The server reads them with :meth:`~sknn_gpu.fly.FlyNNClassifier.from_counts`
+and merges them with :func:`~sknn_gpu.fly.merge_flynn`: the counts add up, so the
+merged model is bit-identical to a model fitted on the pooled data, which no one
+ever saw.
 
-The parties agree beforehand on the hashing parameters, an integer
-``random_state`` (so they draw the same projection) and the range of the
-features that the encoding tiles (``input_range``; digits' pixels are 0..16). In a private
-variant each party privatises its counts first (:meth:`FlyNNClassifier.privatize`),
-so what leaves the party is epsilon-differentially private.
+The parties agree beforehand, in public, on the hashing parameters, an integer
+``random_state`` (so they draw the same projection) and the range of the features
+that the encoding tiles (``input_range``; digits' pixels are 0..16). In a private
+variant each party privatises its counts first
+(:meth:`~sknn_gpu.fly.FlyNNClassifier.privatize`), so what leaves the party is
+epsilon-differentially private; the noise comes from each party's operating-system
+entropy, never from a seed (the shared ``random_state`` is public and only draws the
+projection).
 """
 
 # %%
-import pickle
+import io
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
@@ -33,8 +39,15 @@ def party(X, y, epsilon=None):
     """Runs in a separate process: fit on local data, optionally privatise, send bytes."""
     clf = FlyNNClassifier(**PARAMS).fit(X, y)
     if epsilon is not None:
-        clf = clf.privatize(epsilon, n_released=32, random_state=0)
-    return pickle.dumps(clf)
+        clf = clf.privatize(epsilon, n_released=32)
+    out = io.BytesIO()
+    clf.export_counts(out)  # counts, classes, parameters and range: an .npz, no pickle
+    return out.getvalue()
+
+
+def load(blob):
+    """What the server does with a party's bytes: read them without unpickling anything."""
+    return FlyNNClassifier.from_counts(io.BytesIO(blob))
 
 
 def split_non_iid(y, n_parties, rng):
@@ -61,15 +74,18 @@ def main():
         )
     print(f"bytes sent per party: {[len(b) for b in blobs]}")
 
-    merged = merge_flynn([pickle.loads(b) for b in blobs])
+    merged = merge_flynn([load(b) for b in blobs])
     pooled = FlyNNClassifier(**PARAMS).fit(X_train, y_train)
     print("merged counts == pooled counts:", np.array_equal(merged.counts_, pooled.counts_))
     print(f"merged accuracy {merged.score(X_test, y_test):.3f}, pooled {pooled.score(X_test, y_test):.3f}")
     for p, b in enumerate(blobs):
-        print(f"party {p} alone: accuracy {pickle.loads(b).score(X_test, y_test):.3f}")
-    private = merge_flynn([pickle.loads(b) for b in private_blobs])
+        print(f"party {p} alone: accuracy {load(b).score(X_test, y_test):.3f}")
+    private = merge_flynn([load(b) for b in private_blobs])
     acc = private.score(X_test, y_test)
-    print(f"merged from epsilon=8 private releases (32 counts per class): accuracy {acc:.3f}")
+    print(
+        f"merged from epsilon={private.dp_epsilon_:g} private releases (32 counts per class): "
+        f"accuracy {acc:.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""FlyNNClassifier: counts, filters, streaming, federated merge, DP release, Dask, CPU/GPU parity."""
+"""FlyNNClassifier: counts, filters, streaming, federated merge, Dask, CPU/GPU parity (the DP release:
+test_flynn_privacy.py)."""
 
 import pickle
 
@@ -13,7 +14,6 @@ from sklearn.preprocessing import StandardScaler
 from sknn_gpu._backend import to_host
 from sknn_gpu.fly import FlyNNClassifier, _flynn_cpu, merge_flynn
 from sknn_gpu.fly._flynn_engine import engine
-from sknn_gpu.fly._privacy import dp_release
 
 
 @pytest.fixture(scope="module")
@@ -303,84 +303,6 @@ def test_merge_refuses_mismatched_parties(rng):
 
 
 # --------------------------------------------------------------------------- #
-# differential privacy                                                          #
-# --------------------------------------------------------------------------- #
-
-
-def test_privatize_releases_n_entries_per_class(rng):
-    X, y = _blobs(rng, n=400)
-    clf = FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X, y)
-    T = 12
-    priv = clf.privatize(epsilon=2.0, n_released=T, random_state=5)
-    counts = priv.counts_
-    assert counts.dtype == np.float64 and counts.shape == clf.counts_.shape
-    assert priv.dp_released_.shape == (len(clf.classes_), T)
-    mask = np.zeros(counts.shape, dtype=bool)
-    np.put_along_axis(mask, priv.dp_released_, True, axis=1)
-    assert np.array_equal(mask.sum(axis=1), np.full(len(clf.classes_), T))  # T distinct cells per class
-    assert np.all(counts[~mask] == 0.0)
-    assert np.all(counts >= 0.0)
-    assert priv.dp_scale_ == pytest.approx(2 * T / 2.0)
-    assert np.array_equal(priv.filters_, clf.gamma ** clf._decay_exponent(counts))
-    # the original model is untouched; same seed -> same release, other seed -> another
-    assert clf.counts_.dtype == np.int64
-    again = clf.privatize(epsilon=2.0, n_released=T, random_state=5)
-    assert np.array_equal(again.counts_, counts) and np.array_equal(again.dp_released_, priv.dp_released_)
-    other = clf.privatize(epsilon=2.0, n_released=T, random_state=6)
-    assert not np.array_equal(other.counts_, counts)
-
-
-def test_privatize_large_epsilon_releases_top_counts(rng):
-    counts = rng.permutation(np.arange(200) * 3).reshape(2, 100).astype(np.int64)
-    released, noisy = dp_release(counts, epsilon=1e6, n_released=10, rng=np.random.default_rng(0))
-    for row in range(2):
-        top = np.argsort(-counts[row])[:10]
-        assert set(released[row]) == set(top)
-    assert np.allclose(noisy, np.take_along_axis(counts, released, axis=1), atol=0.01)
-
-
-def test_dp_laplace_scale_and_selection_bias():
-    g = np.random.default_rng(123)
-    counts = g.integers(0, 50, size=(40, 500))
-    eps, T = 1.0, 100
-    released, noisy = dp_release(counts, eps, T, g)
-    noise = noisy - np.take_along_axis(counts, released, axis=1)
-    scale = 2 * T / eps
-    # Laplace(0, b): mean 0, mean |noise| = b (4000 draws: std error of mean|.| is b/63)
-    assert abs(noise.mean()) < 0.1 * scale
-    assert abs(np.abs(noise).mean() / scale - 1.0) < 0.08
-    # weights exp(z / 200) favour large counts a little, never exclusively
-    sel = np.take_along_axis(counts, released, axis=1)
-    assert sel.mean() > counts.mean() + 0.5
-    assert sel.min() < np.percentile(counts, 25)
-    # tiny epsilon: selection is close to uniform
-    released, _ = dp_release(counts, 1e-6, T, g)
-    assert abs(np.take_along_axis(counts, released, axis=1).mean() - counts.mean()) < 1.5
-
-
-def test_privatize_bad_arguments(rng):
-    X, y = _blobs(rng)
-    clf = FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X, y)
-    with pytest.raises(ValueError, match="epsilon"):
-        clf.privatize(0.0, 5)
-    with pytest.raises(ValueError, match="n_released"):
-        clf.privatize(1.0, 0)
-    with pytest.raises(ValueError, match="n_released"):
-        clf.privatize(1.0, clf.n_components_ + 1)
-
-
-def test_privacy_costs_accuracy_monotonically_on_average(digits):
-    X_train, X_test, y_train, y_test = digits
-    clf = FlyNNClassifier(gamma=0.5, random_state=0, device="cpu").fit(X_train, y_train)
-    T = clf.n_components_ // 4
-    acc = {
-        eps: np.mean([clf.privatize(eps, T, random_state=s).score(X_test, y_test) for s in range(3)])
-        for eps in (0.01, 1e4)
-    }
-    assert acc[1e4] > acc[0.01] + 0.2  # almost no noise vs almost pure noise
-
-
-# --------------------------------------------------------------------------- #
 # scikit-learn model selection, Dask                                            #
 # --------------------------------------------------------------------------- #
 
@@ -503,9 +425,6 @@ def test_gpu_partial_fit_merge_and_pickle_to_cpu(rng):
     state = pickle.loads(pickle.dumps(merged))
     assert isinstance(state.__getstate__()["counts_"], np.ndarray)
     assert np.array_equal(to_host(state.predict(X)), cpu.predict(X))
-    priv_gpu = merged.privatize(1.0, 20, random_state=0)
-    priv_cpu = cpu.privatize(1.0, 20, random_state=0)
-    assert np.array_equal(cp.asnumpy(priv_gpu.counts_), priv_cpu.counts_)
 
 
 def test_predict_fast_validation_matches_validate_data(rng):

@@ -5,6 +5,12 @@ share the random projection (same hashing parameters, ``random_state`` and numbe
 of features) can each count on their own data and send only the counts; the sum
 of their counts is exactly the count table of the pooled data, so the merged
 model is bit-identical to the model fitted on everything (Ram & Sinha, AAAI 2022).
+
+With ``fit_federated(..., epsilon=...)`` every party privatises its counts on its own
+worker before they leave it (:mod:`._privacy`), over an input range that the
+coordinator gives (a range fitted from the parties' data is refused: it would travel
+exactly). Parties that exchange files use :meth:`FlyNNClassifier.export_counts` and
+:meth:`FlyNNClassifier.from_counts` (:mod:`._counts_io`), never pickles.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from . import _fly_dask
 from ._common import HASH_PARAMS, check_fitted_params, label_kind
 from ._encoding import column_range, wider_range
 from ._flynn import FlyNNClassifier
+from ._privacy import check_budget, merged_accounting
 
 __all__ = ["merge_flynn", "fit_federated"]
 
@@ -215,7 +222,10 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
         A fitted classifier whose ``counts_`` are the sum of the parties' counts:
         bit-identical to fitting on the pooled data. ``gamma`` and ``batch_size``
         come from the first model. Merging privatised models (see
-        :meth:`FlyNNClassifier.privatize`) sums their released float counts.
+        :meth:`FlyNNClassifier.privatize`) sums their released float counts; when
+        every model is private, the merge has ``dp_epsilon_`` (the largest of the
+        parties': each sample is in one party's release) and ``dp_accounting_``.
+        Models read with :meth:`FlyNNClassifier.from_counts` merge like any other.
 
     Raises
     ------
@@ -278,7 +288,16 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
     merged = _combine(FlyNNClassifier(**params), parts, [f"models[{i}]" for i in range(len(models))], ranges)
     if names is not None:
         merged.feature_names_in_ = names
+    if all(hasattr(m, "dp_accounting_") for m in models):
+        _set_merged_accounting(merged, [m.dp_accounting_ for m in models])
     return merged
+
+
+def _set_merged_accounting(merged, accountings):
+    """``dp_epsilon_`` and ``dp_accounting_`` of a merge of private releases (each party's data
+    are in one release only, so the merge is as private as its least private party)."""
+    merged.dp_accounting_ = merged_accounting(accountings)
+    merged.dp_epsilon_ = merged.dp_accounting_["epsilon"]
 
 
 def _arrays_equal(a, b):
@@ -309,15 +328,20 @@ def _empty_shard(index):
     )
 
 
-def _fit_party(X, y, params, index):
+def _fit_party(X, y, params, index, dp=None):
     """Runs on a worker: fit one party and return only what travels (counts).
 
+    With ``dp`` (``{'epsilon': ..., 'n_released': ...}``) the counts are privatised here,
+    on the worker, and only the release travels: the noisy counts, the class labels,
+    the number of features and the accounting (not the number of samples).
     Errors name the shard (``index``), so that the client knows which party failed.
     """
     if _n_rows(X) == 0 or _n_rows(y) == 0:
         raise _empty_shard(index)
     try:
         clf = FlyNNClassifier(**params).fit(X, y)
+        if dp is not None:
+            clf = clf.privatize(dp["epsilon"], dp["n_released"])
     except (ValueError, TypeError) as exc:
         message = f"fit_federated: shard {index}: {exc}"
         try:
@@ -330,16 +354,39 @@ def _fit_party(X, y, params, index):
         "counts": to_host(clf.counts_),
         "n_features": int(clf.n_features_in_),
         "feature_names": getattr(clf, "feature_names_in_", None),
-        "n_samples": int(np.asarray(to_host(y)).shape[0]),
+        "n_samples": None if dp is not None else int(np.asarray(to_host(y)).shape[0]),
+        "dp_accounting": getattr(clf, "dp_accounting_", None),
     }
 
 
-def _fit_party_pair(pair, params, index):
+def _fit_party_pair(pair, params, index, dp=None):
     X, y = pair
-    return _fit_party(X, y, params, index)
+    return _fit_party(X, y, params, index, dp)
 
 
-def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
+def _check_private_federation(full, epsilon, n_released):
+    """The ``dp`` settings of the parties (None without ``epsilon``), checked before any work."""
+    if epsilon is None:
+        if n_released is not None:
+            raise ValueError("fit_federated: n_released is only used with epsilon; pass both or neither.")
+        return None
+    if n_released is None:
+        raise ValueError("fit_federated: epsilon needs n_released, the counts each party releases per class.")
+    check_budget(epsilon, n_released)
+    if full["encoding"] is not None and isinstance(full["input_range"], str):
+        raise ValueError(
+            f"fit_federated with epsilon needs a public input_range (encoding={full['encoding']!r}): "
+            "with input_range='fit' every party would send its features' exact minima and maxima to "
+            "the coordinator, which no noise protects, and a range fitted from the data breaks the "
+            "counts' sensitivity. Pass input_range=(low, high) agreed beforehand from public "
+            "knowledge of the data (not computed from it), or encoding=None."
+        )
+    return {"epsilon": epsilon, "n_released": int(n_released)}
+
+
+def fit_federated(
+    client: Any, shards: Any, *, epsilon: float | None = None, n_released: int | None = None, **params: Any
+) -> FlyNNClassifier:
     """Fit one FlyNN party per Dask worker, where its shard lives, and merge the counts.
 
     Only the count tables (n_classes × n_components integers per party) travel
@@ -357,6 +404,19 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
           first (one party each);
         * ``(X, y)`` dask arrays: each row block of ``X`` (with the matching
           block of ``y``) is one party.
+    epsilon : float > 0 or None, default=None
+        Privatise every party's counts on its own worker before they leave it
+        (:meth:`FlyNNClassifier.privatize` with this ``epsilon`` and ``n_released``):
+        then only the noisy counts, the class labels and the number of features
+        travel, and the merged model is ``epsilon``-DP for every sample (each is in
+        one party's release; merging is post-processing). Needs a public
+        ``input_range=(low, high)`` under an encoding (``'fit'`` is refused: the
+        parties' exact minima and maxima would travel) and ``n_released``. This
+        protects the parties' data from whoever receives the merged model, not from
+        the operator of the Dask cluster, who can run any code on every worker (see
+        the user guide's trust model).
+    n_released : int or None, default=None
+        Counts each party releases per class (with ``epsilon`` only).
     **params
         FlyNNClassifier parameters, shared by every party. ``random_state`` must
         be an integer (parties must draw the same projection). ``verbose`` reports
@@ -371,14 +431,17 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
     Returns
     -------
     clf : FlyNNClassifier
-        The merged, fitted classifier (on ``params['device']``, default 'auto').
+        The merged, fitted classifier (on ``params['device']``, default 'auto');
+        with ``epsilon``, a private one with ``dp_epsilon_`` and ``dp_accounting_``.
 
     Raises
     ------
     ValueError
         Without an integer ``random_state``, for an empty shard (``shard i is
         empty``), or when a party's fit fails (its message is prefixed with
-        ``fit_federated: shard i:``; a TypeError likewise).
+        ``fit_federated: shard i:``; a TypeError likewise); with ``epsilon``,
+        without ``n_released``, for a budget out of range or for
+        ``input_range='fit'`` under an encoding.
     TypeError
         When parties label their classes with different types.
 
@@ -400,6 +463,7 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
             "fit_federated needs an integer random_state shared by every party, got "
             f"{full['random_state']!r}."
         )
+    dp = _check_private_federation(full, epsilon, n_released)
     ranges = (None, None)
     party = {**full, "verbose": 0}  # the client reports, parties stay quiet
     if not _dask_pair(shards):
@@ -408,7 +472,7 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
     if full["encoding"] is not None and isinstance(full["input_range"], str):
         ranges = _agreed_range(client, shards, party)  # every party tiles the same range
         party["input_range"] = ranges
-    futures = _submit(client, shards, party)
+    futures = _submit(client, shards, party, dp)
     if not futures:
         raise ValueError("fit_federated needs at least one shard.")
     bar = Progress(FlyNNClassifier, "fit_federated", len(futures), full["verbose"], unit="parties")
@@ -417,7 +481,9 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
 
         shard_of = {f.key: i for i, f in enumerate(futures)}
         for fut in as_completed(futures):
-            bar.update(shard=shard_of[fut.key], samples=fut.result()["n_samples"])
+            done = fut.result()
+            info = {} if done["n_samples"] is None else {"samples": done["n_samples"]}
+            bar.update(shard=shard_of[fut.key], **info)
     results = client.gather(futures)
     who = [f"shard {i}" for i in range(len(results))]
     _check_widths([r["n_features"] for r in results], who)
@@ -426,7 +492,11 @@ def fit_federated(client: Any, shards: Any, **params: Any) -> FlyNNClassifier:
     clf = _combine(FlyNNClassifier(**full), parts, [f"shard {i}" for i in range(len(parts))], ranges)
     if names is not None:
         clf.feature_names_in_ = names
-    bar.close(samples=sum(r["n_samples"] for r in results), classes=len(clf.classes_))
+    if dp is not None:
+        _set_merged_accounting(clf, [r["dp_accounting"] for r in results])
+        bar.close(classes=len(clf.classes_))
+    else:
+        bar.close(samples=sum(r["n_samples"] for r in results), classes=len(clf.classes_))
     return clf
 
 
@@ -479,7 +549,7 @@ def _agreed_range(client, shards, params):
     return wider_range(*ranges)
 
 
-def _submit(client, shards, params):
+def _submit(client, shards, params, dp=None):
     from distributed import Future
 
     if _dask_pair(shards):
@@ -495,7 +565,7 @@ def _submit(client, shards, params):
         _check_row_blocks(X)
         xb, yb = X.to_delayed().ravel(), y.to_delayed().ravel()
         tasks = [
-            dask.delayed(_fit_party)(a, b, params, i) for i, (a, b) in enumerate(zip(xb, yb, strict=True))
+            dask.delayed(_fit_party)(a, b, params, i, dp) for i, (a, b) in enumerate(zip(xb, yb, strict=True))
         ]
         return client.compute(tasks)
     shards = list(shards)
@@ -513,5 +583,5 @@ def _submit(client, shards, params):
         mapping = {}
     for i, s in enumerate(shards):
         fut = s if isinstance(s, Future) else mapping[i]
-        futures.append(client.submit(_fit_party_pair, fut, params, i, pure=False))
+        futures.append(client.submit(_fit_party_pair, fut, params, i, dp, pure=False))
     return futures

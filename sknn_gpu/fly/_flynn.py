@@ -13,12 +13,18 @@ KDD 2021; Ram & Sinha, AAAI 2022).
 Because the model is a table of integer counts, training is a sum: the counts of
 several parties that share the projection add up to the counts of the pooled data
 (:func:`sknn_gpu.fly.merge_flynn`), and CPU and GPU give bit-identical counts.
+
+Size: this module stays whole (a little over 800 lines): it is the one estimator
+class, whose public methods and their docstrings are most of it; what they call lives
+in modules of its own (the engines, ``_flynn_batches``, ``_flynn_size``, the private
+release in ``_privacy`` and the exchange format in ``_counts_io``).
 """
 
 from __future__ import annotations
 
-import copy
+import os
 from numbers import Integral, Real
+from typing import IO
 
 import numpy as np
 from sklearn.base import BaseEstimator, _fit_context
@@ -32,7 +38,7 @@ from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin, reject_time_dtypes, validates_params
-from . import _fly_dask, _flynn_batches
+from . import _counts_io, _fly_dask, _flynn_batches
 from ._common import (
     HASH_PARAMS,
     check_fitted_params,
@@ -46,7 +52,7 @@ from ._encoding import ENCODING_WIDTH, input_range
 from ._flyhash import FlyHashTransformer
 from ._flynn_engine import engine
 from ._flynn_size import check_size
-from ._privacy import private_counts
+from ._privacy import private_copy
 
 __all__ = ["FlyNNClassifier", "PAPERS_FLYNN"]
 
@@ -745,53 +751,134 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     # differential privacy                                                 #
     # ------------------------------------------------------------------ #
 
-    def privatize(
-        self, epsilon: float, n_released: int, random_state: int | np.random.RandomState | None = None
-    ) -> FlyNNClassifier:
-        """A differentially private copy of the model (Ram & Sinha, AAAI 2022, Alg. 2).
+    def privatize(self, epsilon: float, n_released: int, random_state: None = None) -> FlyNNClassifier:
+        """A differentially private copy of the model (Ram & Sinha, AAAI 2022, Alg. 2, per class).
 
         For every class independently, ``n_released`` cells are chosen by
         ``n_released`` rounds of the exponential mechanism without replacement
         (utility: the count; weight ``exp(epsilon * z / (2 n_released))``), and the
         count of each chosen cell is released with Laplace noise of scale
         ``2 n_released / epsilon``, clipped at 0. Every other count is released as
-        0 (its filter weight becomes 1, "never seen").
+        0 (its filter weight becomes 1, "never seen"). The noise comes from the
+        operating system's entropy, never from a seed: anyone who knew the seed could
+        regenerate the noise and subtract it.
 
-        Guarantee: adding or removing one training sample changes the counts of
-        one class only, by at most 1 per cell, and the counts only go up when a
-        sample is added (a monotone utility). Each selection round is then
-        ``epsilon / (2 n_released)``-DP and each noisy value likewise, so one class's
-        release is ``epsilon``-DP by sequential composition, and the whole release
-        is ``epsilon``-DP by parallel composition over classes (``2 epsilon`` if
-        neighbouring data sets may replace a sample, changing two classes). Not
-        covered: the set of class labels ``classes_`` and the hashing parameters,
-        which are released as they are. Merging privatised party models is
-        post-processing and keeps each party's guarantee.
+        Guarantee (``epsilon``-DP, ``delta = 0``): adding or removing one training
+        sample changes the counts of one class only, by at most 1 per cell, and only
+        upwards when a sample is added (a monotone utility). Each selection round is
+        then ``epsilon / (2 n_released)``-DP and each noisy value likewise, so one
+        class's release is ``epsilon``-DP by sequential composition, and the whole
+        release is ``epsilon``-DP by parallel composition over classes (``2 epsilon``
+        if neighbouring data sets may replace a sample, changing two classes). This
+        holds only when the encoding of a sample does not depend on the other
+        samples: a model whose ``input_range`` was fitted from the data (``'fit'``,
+        the default, with an ``encoding``) is refused. Public by assumption, and
+        released as they are: the class labels ``classes_``, ``n_features_in_`` and
+        ``feature_names_in_``, the parameters and the projection they draw
+        (``hasher_``), and the ``input_range`` given at fit. Nothing else of the
+        model is carried (no exact counts, no caches). Merging private party models
+        is post-processing and keeps each party's guarantee. The noise is drawn in
+        floating point and is not hardened against floating-point side channels.
 
         Parameters
         ----------
         epsilon : float > 0
-            Privacy budget of this release.
+            Privacy budget of this release; ``2 n_released / epsilon`` (the Laplace
+            scale) must lie in ``[2**-52, 2**52]``, where float64 noise still
+            implements the mechanism.
         n_released : int
             Counts released per class, ``1 <= n_released <= n_components_``.
-        random_state : int, RandomState instance or None, default=None
-            Seeds the mechanism (a fixed seed gives the same release).
+        random_state : None
+            Not accepted (it used to seed the noise, which made the release not
+            private); passing anything but None raises ``TypeError``.
 
         Returns
         -------
         private : FlyNNClassifier
             A copy whose ``counts_`` (float64) and ``filters_`` are the private
             ones, with ``dp_released_`` (n_classes, n_released) the released cells,
-            ``dp_epsilon_`` and ``dp_scale_`` (the Laplace scale).
+            ``dp_epsilon_``, ``dp_scale_`` (the Laplace scale) and ``dp_accounting_``:
+            a JSON-serialisable dict of the accounting (``epsilon``, ``delta``, the
+            ``neighbouring`` relation and ``epsilon_replace_one``, the ``mechanism``
+            and its ``selection_epsilon`` / ``values_epsilon`` split, ``laplace_scale``,
+            ``composition``, what was ``released``, what is ``public``, the fitted
+            attributes ``dropped`` and the ``noise`` source).
+
+        Raises
+        ------
+        ValueError
+            For an ``epsilon`` or ``n_released`` out of range, a range fitted from the
+            data (see above), or counts that are already a private release.
+        TypeError
+            For a non-number ``epsilon``, or any ``random_state``.
         """
+        if random_state is not None:
+            raise TypeError(
+                "privatize no longer takes random_state: it seeded the noise, and anyone who "
+                "knows the seed can regenerate the noise and subtract it. The noise now comes "
+                "from the operating system's entropy; call privatize(epsilon, n_released)."
+            )
         check_is_fitted(self)
-        private, released, scale = private_counts(
-            self.counts_, epsilon, n_released, self.n_components_, random_state
-        )
-        out = copy.deepcopy(self)
-        out.__dict__.pop("_device_cache", None)
-        out._set_counts(to_device(private, self.device_))
-        out.dp_released_ = released
-        out.dp_epsilon_ = float(epsilon)
-        out.dp_scale_ = scale
-        return out
+        return private_copy(self, epsilon, n_released)
+
+    # ------------------------------------------------------------------ #
+    # exchange between parties                                             #
+    # ------------------------------------------------------------------ #
+
+    def export_counts(self, file: str | os.PathLike | IO[bytes]) -> None:
+        """Write the model to ``file`` in a safe format for another party: no pickle.
+
+        A compressed ``.npz`` archive of plain arrays (the counts, the class labels, and when
+        present the encoding's range, the feature names and the released cells of a
+        private copy) with one JSON entry of metadata (the format version, the
+        sknn_gpu version, :meth:`get_params`, ``n_features_in_``, ``n_components_``,
+        ``k_``, a SHA-256 of the projection, and ``dp_accounting_`` of a private
+        copy). The projection itself is not written: the reader redraws it from the
+        shared integer ``random_state``. Read it back with :meth:`from_counts`.
+
+        Parameters
+        ----------
+        file : str, path or binary file object
+            Where to write (a path is used as given, no ``.npz`` appended).
+
+        Raises
+        ------
+        ValueError
+            Without an integer ``random_state``.
+        TypeError
+            For class labels or feature names that are neither numbers nor strings.
+        """
+        _counts_io.export_counts(self, file)
+
+    @classmethod
+    def from_counts(cls, file: str | os.PathLike | IO[bytes], device: str | None = None) -> FlyNNClassifier:
+        """A fitted model read from a file written by :meth:`export_counts`.
+
+        The file is read with ``np.load(allow_pickle=False)``, so loading runs no code
+        from it, and checked: the entries and metadata keys, the format version, the
+        parameter names against :meth:`get_params` and their values against the
+        constraints, the shapes and dtypes of the arrays, counts that are ``>= 0`` (and
+        finite), the range, and the projection redrawn from ``random_state``, whose
+        SHA-256 must match the file's. :func:`~sknn_gpu.fly.merge_flynn` merges the
+        models it returns.
+
+        Parameters
+        ----------
+        file : str, path or binary file object
+            What :meth:`export_counts` wrote.
+        device : {'auto', 'cpu', 'cuda'} or None, default=None
+            Device of the model; None keeps the ``device`` parameter of the file.
+
+        Returns
+        -------
+        model : FlyNNClassifier
+            Fitted, with the file's counts (and ``dp_*`` attributes of a private
+            release).
+
+        Raises
+        ------
+        ValueError
+            For anything in the file that does not check out (the message says what,
+            prefixed with ``from_counts:``).
+        """
+        return _counts_io.from_counts(cls, file, device)

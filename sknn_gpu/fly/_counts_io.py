@@ -1,0 +1,317 @@
+"""A FlyNN model as a safe file: counts, classes, parameters and range, never a pickle.
+
+:func:`export_counts` writes a fitted FlyNN as an ``.npz`` archive of plain arrays
+(``counts``, ``classes``, and when present ``input_low`` / ``input_high``,
+``feature_names``, ``dp_released``) plus one JSON ``metadata`` entry (the format and its
+version, the sknn_gpu version, the parameters, ``n_features``, ``n_components``, ``k``,
+a SHA-256 of the projection, and the privacy accounting of a private release).
+:func:`from_counts` reads one back with ``np.load(allow_pickle=False)``: loading runs no
+code from the file. Everything is checked (entries, parameter names against
+``get_params``, shapes, dtypes, values) and the projection is redrawn from the shared
+integer ``random_state``; its digest must match the file's. This is what parties of a
+federation exchange (:meth:`FlyNNClassifier.export_counts
+<sknn_gpu.fly.FlyNNClassifier.export_counts>`); :func:`~sknn_gpu.fly.merge_flynn` merges
+what :func:`from_counts` returns.
+
+It sits below the estimator (``_flynn``), which passes itself or its class in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from numbers import Integral
+
+import numpy as np
+from sklearn.utils.validation import check_is_fitted
+
+from .._backend import is_device_array, to_device, to_host
+from .._version import __version__
+
+__all__ = ["FORMAT", "FORMAT_VERSION", "export_counts", "from_counts", "projection_digest"]
+
+#: The ``format`` entry of the metadata, and the newest version this code reads and writes.
+FORMAT = "sknn_gpu.fly.FlyNNClassifier.counts"
+FORMAT_VERSION = 1
+
+_REQUIRED = ("metadata", "counts", "classes")
+_OPTIONAL = ("input_low", "input_high", "feature_names", "dp_released")
+_META_KEYS = {
+    "format",
+    "format_version",
+    "sknn_gpu_version",
+    "params",
+    "n_features",
+    "n_components",
+    "k",
+    "projection_sha256",
+    "dp_accounting",
+}
+
+
+def projection_digest(hasher):
+    """SHA-256 (hex) of a fitted hash's projection: its shape and connections."""
+    comp = hasher.components_
+    h = hashlib.sha256()
+    h.update(np.asarray(comp.shape, dtype=np.int64).tobytes())
+    h.update(np.asarray(to_host(comp.indptr), dtype=np.int64).tobytes())
+    h.update(np.asarray(to_host(comp.indices), dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def _json_value(name, value):
+    """A parameter value as JSON (NumPy scalars and arrays as numbers and lists)."""
+    if is_device_array(value):
+        value = to_host(value)
+    if isinstance(value, np.ndarray):
+        return [_json_value(name, v) for v in value.tolist()] if value.ndim else value.item()
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_json_value(name, v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(
+        f"export_counts: parameter {name}={value!r} ({type(value).__name__}) cannot be written as "
+        "JSON; set it to a number, a string or None."
+    )
+
+
+def _text_array(values, what):
+    """A 1-D array of labels or names as NumPy numbers or unicode strings (never objects)."""
+    arr = np.asarray(values)
+    if arr.dtype.kind == "O":
+        items = arr.tolist()
+        if all(isinstance(v, str) for v in items):
+            return np.asarray(items, dtype=str)
+        kinds = sorted({type(v).__name__ for v in items})
+        raise TypeError(
+            f"export_counts: {what} hold Python objects ({kinds}); only numbers or strings can be "
+            "written without pickle."
+        )
+    if arr.dtype.kind not in "biufU":
+        raise TypeError(f"export_counts: {what} of dtype {arr.dtype} cannot be written.")
+    return arr
+
+
+def export_counts(est, file):
+    """Write the fitted FlyNN ``est`` to ``file`` (a path or a binary file object) as ``.npz``."""
+    check_is_fitted(est)
+    params = est.get_params(deep=False)
+    rs = params["random_state"]
+    if not isinstance(rs, Integral) or isinstance(rs, bool):
+        raise ValueError(
+            "export_counts needs an integer random_state: the file holds no projection, which the "
+            f"reader redraws from the shared seed; this model has random_state={rs!r}."
+        )
+    counts = np.asarray(to_host(est.counts_))
+    arrays = {
+        "counts": counts.astype(np.float64 if counts.dtype.kind == "f" else np.int64, copy=False),
+        "classes": _text_array(est.classes_, "the class labels"),
+    }
+    if hasattr(est, "input_low_"):
+        arrays["input_low"] = np.asarray(est.input_low_, dtype=np.float64)
+        arrays["input_high"] = np.asarray(est.input_high_, dtype=np.float64)
+    if hasattr(est, "feature_names_in_"):
+        arrays["feature_names"] = _text_array(est.feature_names_in_, "the feature names")
+    if hasattr(est, "dp_released_"):
+        arrays["dp_released"] = np.asarray(est.dp_released_, dtype=np.int64)
+    meta = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "sknn_gpu_version": __version__,
+        "params": {name: _json_value(name, value) for name, value in params.items()},
+        "n_features": int(est.n_features_in_),
+        "n_components": int(est.n_components_),
+        "k": int(est.k_),
+        "projection_sha256": projection_digest(est.hasher_),
+        "dp_accounting": getattr(est, "dp_accounting_", None),
+    }
+    arrays["metadata"] = np.asarray(json.dumps(meta, allow_nan=False))
+    if isinstance(file, (str, os.PathLike)):
+        with open(file, "wb") as f:  # np.savez would append '.npz' to a path without it
+            np.savez_compressed(f, **arrays)
+    else:
+        np.savez_compressed(file, **arrays)
+
+
+def _bad(message):
+    return ValueError(f"from_counts: {message}")
+
+
+def _read(file):
+    """The arrays of the archive ``file`` (a dict), read without pickle."""
+    try:
+        z = np.load(file, allow_pickle=False)
+    except FileNotFoundError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
+        raise _bad(f"not an .npz archive that loads without pickle ({exc}).") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise _bad("not an .npz archive (a single array).")
+    with z:
+        names = set(z.files)
+        missing = [n for n in _REQUIRED if n not in names]
+        unknown = sorted(names - set(_REQUIRED) - set(_OPTIONAL))
+        if missing or unknown:
+            raise _bad(f"not a FlyNN counts file: missing entries {missing}, unknown entries {unknown}.")
+        try:
+            return {name: z[name] for name in names}
+        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:  # object arrays, damage
+            raise _bad(f"cannot read the file without pickle ({exc}).") from None
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _metadata(arrays):
+    raw = arrays["metadata"]
+    if raw.dtype.kind != "U" or raw.ndim != 0:
+        raise _bad("the metadata entry must be one JSON string.")
+    try:
+        meta = json.loads(str(raw[()]))
+    except json.JSONDecodeError as exc:
+        raise _bad(f"the metadata is not valid JSON ({exc}).") from None
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise _bad(f"not a FlyNN counts file (format {found!r}, expected {FORMAT!r}).")
+    version = meta.get("format_version")
+    if not _is_int(version) or not 1 <= version <= FORMAT_VERSION:
+        raise _bad(
+            f"format_version {version!r} is not one this sknn_gpu ({__version__}) reads "
+            f"(1..{FORMAT_VERSION}); the file was written by sknn_gpu {meta.get('sknn_gpu_version')!r}."
+        )
+    missing, unknown = sorted(_META_KEYS - set(meta)), sorted(set(meta) - _META_KEYS)
+    if missing or unknown:
+        raise _bad(f"metadata keys missing {missing}, unknown {unknown}.")
+    for key in ("n_features", "n_components", "k"):
+        if not _is_int(meta[key]) or meta[key] < 1:
+            raise _bad(f"metadata {key} must be an integer >= 1, got {meta[key]!r}.")
+    if not isinstance(meta["params"], dict):
+        raise _bad("metadata params must be a JSON object.")
+    dp = meta["dp_accounting"]
+    if dp is not None:
+        eps = dp.get("epsilon") if isinstance(dp, dict) else None
+        if not isinstance(eps, (int, float)) or isinstance(eps, bool) or not 0 < eps < float("inf"):
+            raise _bad("dp_accounting must be an object with a positive epsilon.")
+    return meta
+
+
+def _params(cls, meta, device):
+    """The unfitted estimator of the file's parameters, checked (names and values)."""
+    params = dict(meta["params"])
+    expected = set(cls().get_params(deep=False))
+    missing, unknown = sorted(expected - set(params)), sorted(set(params) - expected)
+    if missing or unknown:
+        raise _bad(
+            f"the parameters do not match {cls.__name__}.get_params(): missing {missing}, unknown "
+            f"{unknown} (written by sknn_gpu {meta['sknn_gpu_version']!r})."
+        )
+    given = params["input_range"]
+    if isinstance(given, list):  # (low, high): numbers or one value per feature
+        if len(given) != 2:
+            raise _bad(f"input_range must be 'fit' or a pair, got {given!r}.")
+        params["input_range"] = tuple(
+            np.asarray(v, dtype=np.float64) if isinstance(v, list) else v for v in given
+        )
+    if device is not None:
+        params["device"] = device
+    if not _is_int(params["random_state"]):
+        raise _bad(
+            "random_state must be an integer (the projection is redrawn from it), got "
+            f"{params['random_state']!r}."
+        )
+    est = cls(**params)
+    est._validate_params()  # InvalidParameterError (a ValueError) for a value out of range
+    return est
+
+
+def _array(arrays, name, kinds, ndim, shape=None):
+    a = arrays[name]
+    if a.dtype.kind not in kinds or a.ndim != ndim or (shape is not None and a.shape != shape):
+        want = f"shape {shape}" if shape is not None else f"{ndim}-D"
+        raise _bad(f"{name} must be a {want} array of kind {kinds!r}, got {a.dtype} of shape {a.shape}.")
+    return a
+
+
+def _counts(arrays, n_classes, m, private):
+    counts = _array(arrays, "counts", "if" if private else "i", 2, (n_classes, m))
+    if counts.dtype.kind == "i":
+        counts = counts.astype(np.int64)
+        if (counts < 0).any():
+            raise _bad("counts must be >= 0.")
+        return counts
+    counts = counts.astype(np.float64)
+    if not (np.isfinite(counts).all() and (counts >= 0).all()):
+        raise _bad("float counts (a private release) must be finite and >= 0.")
+    return counts
+
+
+def _range(arrays, est, d):
+    has_range = "input_low" in arrays or "input_high" in arrays
+    if has_range != (est.encoding is not None):
+        raise _bad(f"encoding={est.encoding!r} needs input_low and input_high exactly when it is not None.")
+    if not has_range:
+        return None, None
+    low = _array(arrays, "input_low", "f", 1, (d,)).astype(np.float64)
+    high = _array(arrays, "input_high", "f", 1, (d,)).astype(np.float64)
+    if not (np.isfinite(low).all() and np.isfinite(high).all() and (low <= high).all()):
+        raise _bad("input_low and input_high must be finite with input_low <= input_high.")
+    return low, high
+
+
+def _set_private(est, arrays, dp, n_classes, m):
+    if "dp_released" in arrays:
+        released = _array(arrays, "dp_released", "iu", 2)
+        if (
+            released.shape != (n_classes, dp.get("n_released"))
+            or (released < 0).any()
+            or (released >= m).any()
+        ):
+            raise _bad("dp_released must hold n_released cell indices in [0, n_components) per class.")
+        est.dp_released_ = released.astype(np.int64)
+    est.dp_epsilon_ = float(dp["epsilon"])
+    scale = dp.get("laplace_scale")
+    if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+        est.dp_scale_ = float(scale)
+    est.dp_accounting_ = dp
+
+
+def from_counts(cls, file, device=None):
+    """The fitted ``cls`` (FlyNNClassifier) read from ``file`` (written by :func:`export_counts`)."""
+    arrays = _read(file)
+    meta = _metadata(arrays)
+    est = _params(cls, meta, device)
+    d, m, dp = meta["n_features"], meta["n_components"], meta["dp_accounting"]
+    if dp is None and "dp_released" in arrays:
+        raise _bad("dp_released without dp_accounting.")
+    classes = _array(arrays, "classes", "biufU", 1)
+    if classes.size == 0 or not np.array_equal(np.unique(classes), classes):
+        raise _bad("classes must be non-empty, sorted and distinct.")
+    counts = _counts(arrays, classes.size, m, private=dp is not None)
+    low, high = _range(arrays, est, d)
+    est.classes_ = classes
+    est.n_features_in_ = d
+    est._set_input_range(low, high)
+    if low is not None and not (
+        np.array_equal(est.input_low_, low) and np.array_equal(est.input_high_, high)
+    ):
+        raise _bad(f"input_low / input_high differ from input_range={est.input_range!r}.")
+    est._init_model(d, caller="from_counts")
+    same = (est.n_components_, est.k_) == (m, meta["k"])
+    if not same or projection_digest(est.hasher_) != meta["projection_sha256"]:
+        raise _bad(
+            "these parameters draw a different projection here than where the file was written "
+            f"(sknn_gpu {meta['sknn_gpu_version']!r}, here {__version__!r}); the counts are only "
+            "meaningful with the projection they were counted with."
+        )
+    est._set_counts(to_device(counts, est.device_))
+    if "feature_names" in arrays:
+        names = _array(arrays, "feature_names", "U", 1, (d,))
+        est.feature_names_in_ = np.asarray(names.tolist(), dtype=object)
+    if dp is not None:
+        _set_private(est, arrays, dp, classes.size, m)
+    return est
