@@ -2,6 +2,7 @@
 changed after fit, dates as features, fits that fail half-way, parties that disagree on
 their columns, oversize projections, and odd input of every kind."""
 
+import logging
 import warnings
 
 import numpy as np
@@ -412,3 +413,103 @@ def test_fit_federated_names_the_shard_of_another_width_on_the_cluster(dask_clie
     for params in (dict(), dict(input_range=(-50, 50))):
         with pytest.raises(ValueError, match=r"shard 1 has 5 features.*shard 0 has 8"):
             fit_federated(dask_client, futures, random_state=0, **params)
+
+
+# --------------------------------------------------------------------------- #
+# Large projections: progress while drawing, and a size estimate that covers it #
+# --------------------------------------------------------------------------- #
+#: 2,000 features: the projection is drawn in blocks of 16,777 units, so 40,000 units take 3.
+WIDE = 2000
+
+
+def test_a_projection_drawn_in_blocks_reports_each(caplog):
+    from sknn_gpu.fly._flyhash import _DRAW_BLOCK_BYTES
+
+    block = 8 * _DRAW_BLOCK_BYTES // WIDE
+    assert -(-40_000 // block) == 3
+    X = np.random.default_rng(0).random((2, WIDE))
+    with caplog.at_level(logging.INFO, logger="sknn_gpu"):
+        _flyhash(n_components=40_000, verbose=2).fit(X)
+    msgs = [r.getMessage() for r in caplog.records if r.name == "sknn_gpu.fly"]
+    steps = [m for m in msgs if m.startswith("FlyHashTransformer.fit: projection ")]
+    assert steps == [
+        f"FlyHashTransformer.fit: projection {block}/40000",
+        f"FlyHashTransformer.fit: projection {2 * block}/40000",
+        "FlyHashTransformer.fit: projection 40000/40000",
+    ]
+    assert msgs[-1].startswith("FlyHashTransformer.fit: 40000 units in ")
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="sknn_gpu"):
+        _flynn(n_components=40_000, k=8, encoding=None, verbose=2).fit(X, [0, 1])
+    steps = [r.getMessage() for r in caplog.records if "projection" in r.getMessage()]
+    assert steps[-1].startswith("FlyNNClassifier.fit: projection: 40000 units in ")
+    assert len(steps) == 4  # three blocks and the summary
+
+
+def test_a_long_draw_logs_how_far_it_got_off_a_terminal(caplog, monkeypatch):
+    """verbose=1 with no terminal (a log file, a batch job): a line every PROGRESS_LOG_SECONDS."""
+    monkeypatch.setattr("sknn_gpu.fly._common.PROGRESS_LOG_SECONDS", 0.0)  # every block is "long"
+    X = np.random.default_rng(0).random((2, WIDE))
+    with caplog.at_level(logging.INFO, logger="sknn_gpu"):
+        _flyhash(n_components=40_000, verbose=1).fit(X).transform(X[:1])
+    msgs = [r.getMessage() for r in caplog.records if r.name == "sknn_gpu.fly"]
+    assert (
+        len([m for m in msgs if m.startswith("FlyHashTransformer.fit: projection ") and " after " in m]) == 3
+    )
+    assert any(m.startswith("FlyHashTransformer.transform 1/1 rows after ") for m in msgs)
+    caplog.clear()
+    monkeypatch.setattr("sknn_gpu.fly._common.PROGRESS_LOG_SECONDS", 3600.0)
+    with caplog.at_level(logging.INFO, logger="sknn_gpu"):
+        _flyhash(n_components=40_000, verbose=1).fit(X)
+    assert not any(" after " in r.getMessage() for r in caplog.records)  # a short call: the summary only
+
+
+@pytest.mark.parametrize(
+    "d, m, n, output, kind",
+    [
+        (16, 300_000, 40, "sparse", "random"),
+        (WIDE, 40_000, 30, "packed", "random"),
+        (300, 20_000, 500, "dense", "sparse"),  # empty rows among them: every unit ties at 0
+        (64, 50_000, 300, "sparse", "constant"),
+    ],
+)
+def test_size_estimate_covers_what_fit_and_transform_allocate(d, m, n, output, kind):
+    import tracemalloc
+
+    import scipy.sparse as sp
+
+    from sknn_gpu.fly._flyhash import flyhash_bytes
+
+    rng = np.random.default_rng(0)
+    X = {
+        "random": lambda: rng.random((n, d)),
+        "sparse": lambda: sp.random(n, d, density=0.005, format="csr", random_state=0),
+        "constant": lambda: np.full((n, d), 3.0),
+    }[kind]()
+    sparse_input = kind == "sparse"
+    fh = _flyhash(n_components=m, k=16, output=output)
+    _, s, k = fh._sizes(d)
+    tracemalloc.start()
+    try:
+        fh.fit(X)
+        fit_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.reset_peak()
+        base = tracemalloc.get_traced_memory()[0]
+        fh.transform(X)
+        transform_peak = tracemalloc.get_traced_memory()[1] - base
+    finally:
+        tracemalloc.stop()
+    fit_bytes = flyhash_bytes("cpu", d, m, s, k, projection=True)[0]
+    transform_bytes = flyhash_bytes("cpu", d, m, s, k, n_samples=n, output=output, sparse=sparse_input)[0]
+    assert fit_peak <= fit_bytes, (fit_peak, fit_bytes)
+    assert transform_peak <= transform_bytes, (transform_peak, transform_bytes)
+
+
+def test_the_estimate_counts_scipys_int64_copy_of_a_wide_projection():
+    """At m * s >= 2**31 entries SciPy stores the CSR indices as int64, a new array beside the
+    int32 table and its flat copy: 20 bytes an entry while the matrix is built."""
+    from sknn_gpu.fly._flyhash import flyhash_bytes
+
+    m, s = 2**27, 16  # 2**31 entries
+    host, _ = flyhash_bytes("cpu", 64, m, s, 8, projection=True)
+    assert host >= 20 * m * s + 8 * (m + 1)

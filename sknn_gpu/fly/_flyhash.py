@@ -48,7 +48,7 @@ from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
 from ..base import DeviceMixin, reject_time_dtypes, validates_params
-from . import _flyhash_cpu, _flyhash_cuda
+from . import _common, _flyhash_cpu, _flyhash_cuda
 from ._common import (
     HASH_PARAMS,
     check_dask_X,
@@ -82,7 +82,14 @@ def engine(device):
 # --------------------------------------------------------------------------- #
 # Projection                                                                    #
 # --------------------------------------------------------------------------- #
-def _draw_connections(rng, n_units, n_features, n_connections, draw=None):
+def _draw_blocks(n_units, n_features, n_connections):
+    """How many blocks of rows :func:`_draw_connections` draws (0 when every unit reads every feature)."""
+    if n_connections >= n_features:
+        return 0
+    return -(-int(n_units) // max(1, 8 * _DRAW_BLOCK_BYTES // max(1, int(n_features))))
+
+
+def _draw_connections(rng, n_units, n_features, n_connections, draw=None, progress=None):
     """(n_units, s) int32: each row ``s`` distinct features, sorted ascending.
 
     ``rng`` is a ``numpy.random.RandomState`` (the caller resolved
@@ -115,6 +122,8 @@ def _draw_connections(rng, n_units, n_features, n_connections, draw=None):
                 draws[i] = rng.randint(0, j + 1, size=n)
             picks = _resolve_on_host(draws, d)
         out[start : start + n] = picks
+        if progress is not None:
+            progress(n)
     return out
 
 
@@ -217,8 +226,11 @@ def flyhash_bytes(
         wide = m * s >= 2**31  # int64 indptr, and SciPy then stores int64 indices
         table = m * _index_row_width(s) * np.dtype(_index_dtype(d)).itemsize
         block = min(m, max(1, 8 * _DRAW_BLOCK_BYTES // max(1, d)))
-        keys = block * s * 4 + min(block, max(1, _DRAW_CHUNK_BYTES // max(1, d))) * (d + 16)
-        host += m * s * (4 + 4 + (8 if wide else 4)) + (m + 1) * (8 if wide else 4) + table + keys
+        # a block's draws, its sorted picks and one int64 column of randint; the chunk's mask
+        keys = block * (s * 8 + 8) + min(block, max(1, _DRAW_CHUNK_BYTES // max(1, d))) * (d + 16)
+        # the connections, their flat copy and the float32 ones of the CSR (whose indices are
+        # that copy), and for a wide one SciPy's int64 copy of the indices beside them
+        host += m * s * (4 + 4 + 4 + (8 if wide else 0)) + (m + 1) * (8 if wide else 4) + table + keys
         # on a GPU: the connection table, and what drawing one block takes there
         gpu += table + _flyhash_cuda.draw_block_bytes(block, s) if device == "cuda" else 0
     work_host, work_gpu = engine(device).work_bytes(n_samples, d, m, k, output, sparse=sparse)
@@ -366,7 +378,11 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         silent; ``1`` (or True) logs one line per ``fit`` (the projection's size and
         time) and per ``transform`` (rows, output, time), with a progress bar on a
         terminal; ``2`` also logs a line per block of rows hashed (on a GPU each
-        block is then waited for, so that the line is true).
+        block is then waited for, so that the line is true). A projection drawn in
+        several blocks (a large ``n_components``, whose projection can take minutes
+        and gigabytes: its size is checked against the free memory first) reports each
+        block. Off a terminal (a log file, a batch job), ``1`` also logs how far a
+        long call got, at most every 5 seconds.
 
     Attributes
     ----------
@@ -519,14 +535,16 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             raise ValueError(f"k={k} winners exceeds n_components_={m} units; use k <= n_components.")
         return m, s, k
 
-    def _fit_projection(self, n_features, device, rng):
+    def _fit_projection(self, n_features, device, rng, owner=None):
         """Draw the projection for ``n_features`` inputs on a resolved ``device``.
 
         The fit path without validation or resolution: ``device`` is already
         resolved ('cpu' or 'cuda') and ``rng`` is the ``RandomState`` the caller
         made once from its ``random_state``. :class:`~sknn_gpu.fly.FlyNNClassifier`
         fits its hasher through here, so one classifier fit resolves each once.
-        The size of the projection is checked before anything is drawn.
+        The size of the projection is checked before anything is drawn. A projection
+        drawn in several blocks reports them through the ``verbose`` of ``owner`` (the
+        estimator being fitted; default this transformer).
         """
         m, s, k = self._sizes(n_features)
         check_footprint(
@@ -539,7 +557,21 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         )
         self.device_ = device
         self.n_features_in_ = int(n_features)
-        conn = _draw_connections(rng, m, n_features, s, draw=engine(device).draw_block)
+        owner = self if owner is None else owner
+        bar = None
+        if _draw_blocks(m, n_features, s) > 1 and owner.verbose:
+            bar = Progress(
+                owner,
+                f"{type(owner).__name__}.fit: projection",
+                m,
+                owner.verbose,
+                unit="units",
+                log_every=_common.PROGRESS_LOG_SECONDS,
+            )
+        step = None if bar is None else bar.update
+        conn = _draw_connections(rng, m, n_features, s, draw=engine(device).draw_block, progress=step)
+        if bar is not None:
+            bar.close(n_connections=s)
         self.components_ = _components_matrix(conn, n_features)
         self.n_components_ = m
         self.n_connections_ = s
@@ -679,7 +711,14 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         self._check_precision(Xv)
         n = Xv.shape[0]
         self._check_work(n, self.output, "transform", sparse=_is_sparse(Xv))
-        bar = Progress(self, f"{type(self).__name__}.transform", n, self.verbose, unit="rows")
+        bar = Progress(
+            self,
+            f"{type(self).__name__}.transform",
+            n,
+            self.verbose,
+            unit="rows",
+            log_every=_common.PROGRESS_LOG_SECONDS,
+        )
         progress = bar.update if self.verbose else None
         precision = getattr(self, "precision", "exact")
         hashed = engine(self.device_).transform(

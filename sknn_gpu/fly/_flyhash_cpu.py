@@ -63,7 +63,15 @@ SPARSE_DENSITY = 0.01
 #: Most (stored entry, unit) contributions gathered at once on the sparse path.
 SPARSE_CHUNK = 2**19
 #: Host bytes per contribution on the sparse path (target, entry index, offsets, values).
-_SPARSE_ITEM_BYTES = 36
+_SPARSE_ITEM_BYTES = 40
+#: :func:`wta_exact_mask_host` gathers the candidates of rows that have at most one unit in
+#: this many among them; rows with more take the full partition.
+CANDIDATE_FRACTION = 8
+#: Host bytes per unit of a block of rows at the peak of its selection, in the worst case:
+#: rows whose activations all tie (constant or empty rows) hold the activations and their
+#: copy, the candidate mask, the partition's copy, the mask, and break_ties' comparisons
+#: and running count (28.4 measured; random rows hold 8-14).
+_BLOCK_UNIT_BYTES = 30
 
 
 # --------------------------------------------------------------------------- #
@@ -190,9 +198,9 @@ def work_bytes(n_samples, n_features, n_components, k, output, sparse=False):
         return 0, 0
     b = min(n, _block_rows(m))
     workers = min(-(-n // b), os.cpu_count() or 1, MAX_WORKERS)
-    # per block: float32 rows (transposed copy), activations, their +0.0 copy and the
-    # partition's copy, the bool mask
-    per_block = b * d * 8 + 3 * 4 * b * m + b * m
+    # per block: float32 rows (transposed copy), then per unit what the selection holds at
+    # its peak (_BLOCK_UNIT_BYTES: the worst case, rows of equal activations)
+    per_block = b * d * 8 + _BLOCK_UNIT_BYTES * b * m
     if sparse:  # the gathers of the sparse path (its feature-to-units table: flyhash_bytes)
         per_block += SPARSE_CHUNK * _SPARSE_ITEM_BYTES
     out = {
@@ -337,7 +345,9 @@ def wta_exact_mask_host(A, k):
     low = np.partition(A[:, :ns], ns - r2, axis=1)[:, ns - r2 : ns - r2 + 1]
     cand = A >= low
     counts = cand.sum(axis=1)
-    ok = counts >= k
+    # rows with more candidates than an eighth of the units are tie-heavy (constant or empty
+    # rows): the full partition costs them less memory than gathering their candidates
+    ok = (counts >= k) & (counts <= max(k, m // CANDIDATE_FRACTION))
     if not ok.all():
         bad = np.nonzero(~ok)[0]
         mask_bad = wta_exact_mask(A[bad], k)

@@ -38,7 +38,7 @@ from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin, reject_time_dtypes, validates_params
-from . import _counts_io, _fly_dask, _flynn_batches
+from . import _common, _counts_io, _fly_dask, _flynn_batches
 from ._common import (
     HASH_PARAMS,
     check_fitted_params,
@@ -197,7 +197,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         prediction call and :func:`~sknn_gpu.fly.fit_federated` (batches or parties,
         samples, time), with a progress bar on a terminal; ``2`` also logs a line per
         batch of ``batch_size`` rows (per party for ``fit_federated``). On a GPU each
-        batch is then waited for, so that the line is true.
+        batch is then waited for, so that the line is true. A projection drawn in
+        several blocks (a large ``n_components``) reports them as well. Off a terminal
+        (a log file, a batch job), ``1`` also logs how far a long call got, at most
+        every 5 seconds.
 
     Attributes
     ----------
@@ -431,7 +434,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         hasher = FlyHashTransformer(**self._hasher_params(width), random_state=seed, device=device)
         sizes = hasher._sizes(width)
         self._check_size("fit", n_samples, n_features=width, sizes=sizes, caller=caller)
-        self.hasher_ = hasher._fit_projection(width, device, rng)
+        self.hasher_ = hasher._fit_projection(width, device, rng, owner=self)
         self.n_components_ = int(hasher.n_components_)
         self.k_ = int(hasher.k_)
         self._fitted_params_ = fitted_params(self, MODEL_PARAMS)
@@ -478,7 +481,14 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     def _progress(self, what, n_samples):
         """The :class:`~sknn_gpu._progress.Progress` of ``what`` over the batches of ``n_samples`` rows."""
         n_batches = -(-int(n_samples) // int(self.batch_size))
-        return Progress(self, f"{type(self).__name__}.{what}", n_batches, self.verbose, unit="batches")
+        return Progress(
+            self,
+            f"{type(self).__name__}.{what}",
+            n_batches,
+            self.verbose,
+            unit="batches",
+            log_every=_common.PROGRESS_LOG_SECONDS,
+        )
 
     def _batch_winners(self, X, bar=None):
         """Yield ``(start, winners)`` per batch of ``batch_size`` rows of validated ``X``

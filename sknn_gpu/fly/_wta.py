@@ -18,6 +18,9 @@ __all__ = ["wta"]
 
 #: Bisection steps of the paper's WTA (Algorithm 2).
 BISECT_STEPS = 64
+#: :func:`break_ties` ranks the tied entries from their index lists while fewer than one
+#: entry in this many ties, and with a running count along the rows beyond (less memory).
+TIE_LIST_FRACTION = 8
 
 
 def wta_exact_mask(A, k):
@@ -43,6 +46,12 @@ def break_ties(sub, thr, k):
     gt = sub > thr
     eq = sub == thr
     need = k - gt.sum(axis=1)
+    if int(eq.sum()) * TIE_LIST_FRACTION > eq.size:
+        # most entries tie (constant or empty rows): a running count along each row costs 4
+        # bytes an entry, the index lists below ~40 bytes a tied entry; the same winners
+        rank = xp.cumsum(eq, axis=1, dtype=xp.int32)
+        gt |= eq & (rank <= need[:, None])
+        return gt
     # the entries equal to the threshold, row by row in column order (a few per row): the
     # first ``need`` of each row win; no pass over whole rows beyond the two comparisons
     r, c = xp.nonzero(eq)
