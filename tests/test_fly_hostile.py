@@ -513,3 +513,76 @@ def test_the_estimate_counts_scipys_int64_copy_of_a_wide_projection():
     m, s = 2**27, 16  # 2**31 entries
     host, _ = flyhash_bytes("cpu", 64, m, s, 8, projection=True)
     assert host >= 20 * m * s + 8 * (m + 1)
+
+
+# --------------------------------------------------------------------------- #
+# Odd values and odd input                                                      #
+# --------------------------------------------------------------------------- #
+FLYNN_NUMBERS = [
+    "n_components",
+    "n_connections",
+    "k",
+    "batch_size",
+    "expansion_factor",
+    "connection_sparsity",
+]
+FLYHASH_NUMBERS = [
+    "n_components",
+    "n_connections",
+    "k",
+    "bisect_steps",
+    "expansion_factor",
+    "connection_sparsity",
+]
+
+
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("param", FLYNN_NUMBERS + ["gamma"])
+def test_flynn_refuses_a_bool_for_a_number(rng, param, value):
+    """n_components=True passed scikit-learn's Interval(Integral) as 1: a one-cell hash."""
+    X, y = _blobs(rng)
+    with pytest.raises(ValueError, match=rf"{param}.*(bool|Got (True|False))"):
+        _flynn(**{param: value}).fit(X, y)
+    clf = _flynn().fit(X, y)
+    if param in ("batch_size",):  # read at every call: refused there too
+        clf.set_params(**{param: value})
+        with pytest.raises(ValueError, match=rf"{param}.*(bool|Got (True|False))"):
+            clf.predict(X)
+
+
+@pytest.mark.parametrize("value", [True, False])
+@pytest.mark.parametrize("param", FLYHASH_NUMBERS)
+def test_flyhash_refuses_a_bool_for_a_number(rng, param, value):
+    X = rng.random((20, 8))
+    with pytest.raises(ValueError, match=rf"{param}.*(bool|Got (True|False))"):
+        _flyhash(**{param: value}).fit(X)
+
+
+def _reference_mask(A, k):
+    """The k largest of each row, ties to the lower index: sorted by (value desc, index asc)."""
+    mask = np.zeros(A.shape, dtype=bool)
+    for i, row in enumerate(A):
+        mask[i, np.lexsort((np.arange(row.size), -row))[:k]] = True
+    return mask
+
+
+@pytest.mark.parametrize("k", [1, 16, 700])
+def test_tie_heavy_rows_keep_the_lowest_index_winners(device, rng, k):
+    """Rows of equal activations (constant or empty input rows) take the full partition and
+    break_ties' running count along the rows instead of index lists: the same winners."""
+    from sknn_gpu._backend import to_device
+    from sknn_gpu.fly._flyhash_cpu import wta_exact_mask_host
+    from sknn_gpu.fly._wta import wta_exact_mask
+
+    m = 9000
+    A = rng.integers(0, 3, size=(24, m)).astype(np.float32)
+    A[:8] = 0.0  # every unit ties
+    A[8:16] = np.where(rng.random((8, m)) < 0.001, 2.0, 1.0)  # a few above a sea of ties
+    ref = _reference_mask(A, k)
+    np.testing.assert_array_equal(to_host(wta_exact_mask(to_device(A, device), k)), ref)
+    np.testing.assert_array_equal(wta_exact_mask_host(A.copy(), k), ref)
+    X = np.zeros((6, 40))
+    X[3:] = 5.0
+    fh = _flyhash(device, n_components=m, k=k, output="dense").fit(rng.random((3, 40)))
+    H = to_host(fh.transform(_on(X, device))).astype(bool)
+    np.testing.assert_array_equal(H, _reference_mask(np.zeros((6, m)), k))  # first k units

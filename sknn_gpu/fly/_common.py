@@ -8,6 +8,7 @@
   before any task runs.
 * :func:`fitted_params`, :func:`check_fitted_params`: the parameters a fitted model
   depends on, recorded at fit and compared at every later call (a change is refused).
+* :func:`refuse_bools`: a bool where a count or a fraction belongs is refused.
 * :func:`keeps_model`: a decorator for ``fit``/``partial_fit`` that puts the estimator
   back as it was when the call fails.
 
@@ -37,6 +38,7 @@ __all__ = [
     "fitted_params",
     "check_fitted_params",
     "fitted_method",
+    "refuse_bools",
     "keeps_model",
 ]
 
@@ -232,6 +234,18 @@ def fitted_method(method):
         return method(self, *args, **kwargs)
 
     return wrapper
+
+
+def refuse_bools(est, names):
+    """ValueError for a bool given as one of the numeric parameters ``names``: scikit-learn's
+    ``Interval(Integral, ...)`` takes ``True`` as 1 (``n_components=True`` would draw a
+    one-unit hash), and a flag where a count or a fraction belongs is a mistake."""
+    for name in names:
+        value = getattr(est, name)
+        if isinstance(value, (bool, np.bool_)):
+            raise ValueError(
+                f"{type(est).__name__}'s parameter {name} must be a number, got the bool {value!r}."
+            )
 
 
 def keeps_model(method):

@@ -55,6 +55,7 @@ from ._common import (
     fitted_method,
     fitted_params,
     keeps_model,
+    refuse_bools,
 )
 from ._wta import wta
 
@@ -72,6 +73,8 @@ _HOST_CHECK_FLOOR = 64 * 2**20
 #: The parameters a fitted projection depends on: changing one after ``fit`` is refused
 #: until the next ``fit`` (the others are read at every call).
 MODEL_PARAMS = (*HASH_PARAMS, "random_state")
+#: Numeric parameters that refuse a bool (``True`` would pass as 1).
+_NUMBERS = (*HASH_PARAMS, "bisect_steps")
 
 
 def engine(device):
@@ -588,7 +591,9 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
 
     def _cross_check_params(self):
         """What ``_parameter_constraints`` cannot say (run by :func:`~sknn_gpu.base.validates_params`
-        at every public method): ``precision`` other than 'exact' needs ``algorithm='exact'``."""
+        at every public method): no bool for a number, and ``precision`` other than 'exact'
+        needs ``algorithm='exact'``."""
+        refuse_bools(self, _NUMBERS)
         self._check_precision()
 
     # ------------------------------------------------------------ validate

@@ -47,6 +47,7 @@ from ._common import (
     fitted_params,
     host_labels,
     keeps_model,
+    refuse_bools,
 )
 from ._encoding import ENCODING_WIDTH, input_range
 from ._flyhash import FlyHashTransformer
@@ -368,7 +369,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     def _cross_check_params(self):
         """What ``_parameter_constraints`` cannot say (run by :func:`~sknn_gpu.base.validates_params`
-        at every public method): ``precision='integer'`` reads the raw features only."""
+        at every public method): no bool for a number, and ``precision='integer'`` reads the
+        raw features only."""
+        refuse_bools(self, (*HASH_PARAMS, "batch_size", "gamma"))
         if self.precision == "integer" and (self._normalizes() or self.encoding is not None):
             raise ValueError(
                 "precision='integer' needs encoding=None and normalize=False: an encoding maps the "
