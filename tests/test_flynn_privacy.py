@@ -496,6 +496,31 @@ def test_from_counts_never_unpickles(rng, tmp_path):
         FlyNNClassifier.from_counts(pickled)
 
 
+def test_from_counts_checks_the_size_before_loading(rng):
+    """A compressed archive can claim far more than it holds: the headers are read first."""
+    import zipfile
+
+    from sknn_gpu._backend import InsufficientMemoryError
+
+    clf, _, _ = _fitted(rng)
+    buf = io.BytesIO()
+    clf.export_counts(buf)
+    buf.seek(0)
+    bomb = io.BytesIO()
+    with zipfile.ZipFile(buf) as src, zipfile.ZipFile(bomb, "w") as dst:
+        for item in src.namelist():
+            if item == "counts.npy":  # a header claiming 80 TB of counts, and no data
+                head = io.BytesIO()
+                header = {"descr": "<i8", "fortran_order": False, "shape": (10**7, 10**6)}
+                np.lib.format.write_array_header_1_0(head, header)
+                dst.writestr(item, head.getvalue())
+            else:
+                dst.writestr(item, src.read(item))
+    bomb.seek(0)
+    with pytest.raises(InsufficientMemoryError, match="from_counts"):
+        FlyNNClassifier.from_counts(bomb)
+
+
 def test_export_counts_refuses_what_it_cannot_write_safely(rng):
     X, y = _blobs(rng)
     unseeded = FlyNNClassifier(k=8, device="cpu", **PUBLIC).fit(X, y)

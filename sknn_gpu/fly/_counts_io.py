@@ -27,7 +27,7 @@ from numbers import Integral
 import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
-from .._backend import is_device_array, to_device, to_host
+from .._backend import SMALL_WORK_BYTES, check_memory, is_device_array, to_device, to_host
 from .._version import __version__
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "export_counts", "from_counts", "projection_digest"]
@@ -141,8 +141,25 @@ def _bad(message):
     return ValueError(f"from_counts: {message}")
 
 
+def _header(z, name):
+    """``(shape, dtype)`` of the entry ``name`` of the open archive ``z``, read from its
+    ``.npy`` header without loading it."""
+    with z.zip.open(f"{name}.npy") as fp:
+        version = np.lib.format.read_magic(fp)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fp)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(fp)
+    return shape, dtype
+
+
 def _read(file):
-    """The arrays of the archive ``file`` (a dict), read without pickle."""
+    """The arrays of the archive ``file`` (a dict), read without pickle.
+
+    Every entry's header is read first: object dtypes are refused and the total size
+    is checked against the free memory before anything is loaded (a compressed archive
+    can unpack to far more than its size on disk).
+    """
     try:
         z = np.load(file, allow_pickle=False)
     except FileNotFoundError:
@@ -158,8 +175,17 @@ def _read(file):
         if missing or unknown:
             raise _bad(f"not a FlyNN counts file: missing entries {missing}, unknown entries {unknown}.")
         try:
+            total = 0
+            for name in sorted(names):
+                shape, dtype = _header(z, name)
+                if dtype.hasobject:
+                    raise _bad(f"{name} holds Python objects, which cannot be read without pickle.")
+                total += int(np.prod(shape, dtype=np.float64)) * dtype.itemsize
+            check_memory(total, "cpu", "from_counts: the file's arrays", floor=SMALL_WORK_BYTES)
             return {name: z[name] for name in names}
-        except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:  # object arrays, damage
+        except (ValueError, KeyError, OSError, EOFError, zipfile.BadZipFile) as exc:  # damage
+            if str(exc).startswith("from_counts:"):
+                raise
             raise _bad(f"cannot read the file without pickle ({exc}).") from None
 
 
@@ -295,12 +321,12 @@ def from_counts(cls, file, device=None):
     low, high = _range(arrays, est, d)
     est.classes_ = classes
     est.n_features_in_ = d
+    est._init_model(d, caller="from_counts")  # checks the model's size before drawing it
     est._set_input_range(low, high)
     if low is not None and not (
         np.array_equal(est.input_low_, low) and np.array_equal(est.input_high_, high)
     ):
         raise _bad(f"input_low / input_high differ from input_range={est.input_range!r}.")
-    est._init_model(d, caller="from_counts")
     same = (est.n_components_, est.k_) == (m, meta["k"])
     if not same or projection_digest(est.hasher_) != meta["projection_sha256"]:
         raise _bad(
