@@ -6,13 +6,13 @@ printed). This script reads those tables — no number is typed in here — and 
 
 * ``docs/_static/perf/<estimator>.png``: per estimator, the median times of our rows
   and the peers' rows of chosen tables, on a log scale;
-* ``docs/_static/perf/summary.png``: one bar per workload, how many times faster (or
-  slower) ours is than the strongest peer of that table (the README's figure);
 * ``docs/user_guide/flynn_scaling.png``: FlyNN ``predict`` against PyTorch brute-force
   1-NN as the training set grows.
 
 Run from the repository root after recording new output:
-``python benchmarks/plot_results.py benchmarks/results/2026-11-23-h100``.
+``python benchmarks/plot_results.py benchmarks/results/2026-11-23-h100``. The README's
+summary figure (each estimator against its strongest peer) is drawn by
+``benchmarks/plot_summary.py``.
 """
 
 from __future__ import annotations
@@ -60,81 +60,6 @@ def row_time(rows, name, column="median time"):
         if r.get("implementation") == name:
             return parse_time(r.get(column, ""))
     raise KeyError(name)
-
-
-def peers(rows, column="median time"):
-    """``(name, seconds)`` of the rows marked as peers that have a time."""
-    found = []
-    for r in rows:
-        name = r.get("implementation", "")
-        t = parse_time(r.get(column, ""))
-        if name.endswith("(peer)") and t is not None:
-            found.append((name[: -len(" (peer)")], t))
-    return found
-
-
-#: (label, benchmark file, table title prefix, our row, peers allowed (None: all))
-HEADLINES = [
-    ("FlyHash, FashionMNIST shape\n(vs exact PyTorch fp32 GEMM+topk)", "flyhash.md", "FashionMNIST shape",
-     "ours GPU (transform)", ["PyTorch fp32 GEMM + topk"]),
-    ("FlyHash, FashionMNIST shape\n(vs inexact PyTorch bf16 GEMM+topk)", "flyhash.md", "FashionMNIST shape",
-     "ours GPU (transform)", ["PyTorch bf16 GEMM + topk"]),
-    ("FlyNN predict, 6k train\n(vs PyTorch cdist 1-NN)", "flynn.md", "Training-set sweep (GPU): 6,000",
-     "ours FlyNN predict (GPU)", None),
-    ("FlyNN predict, 60k train\n(vs PyTorch cdist 1-NN)", "flynn.md", "Training-set sweep (GPU): 60,000",
-     "ours FlyNN predict (GPU)", None),
-    ("FlyNN predict, 600k train\n(vs PyTorch cdist 1-NN)", "flynn.md", "Training-set sweep (GPU): 600,000",
-     "ours FlyNN predict (GPU)", None),
-    ("SparseGraph batch 1, 5 levels\n(vs PyTorch CUDA graph)", "sparsenet_latency.md", "MLP-shaped",
-     "ours g.forward() call (GPU)", None),
-    ("SparseGraph batch 1, 180 levels\n(vs PyTorch CUDA graph)", "sparsenet_latency.md", "180 levels",
-     "ours g.forward() call (GPU)", None),
-    ("DT-CNN one 512² photo\n(vs Pillow FS, one core)", "dtcnn.md", "camera 512x512",
-     "ours DT-CNN (rows)", None),
-    ("DT-CNN 4096²\n(vs Pillow FS, one core)", "dtcnn.md", "camera upscaled 4096",
-     "ours DT-CNN (rows)", None),
-    ("DT-CNN 64 × 512²\n(vs Pillow FS, 16 threads)", "dtcnn.md", "batch of 64",
-     "ours DT-CNN batch (GPU)", None),
-]  # fmt: skip
-
-
-def headline_ratios(results):
-    out = []
-    for label, fname, prefix, ours, allowed in HEADLINES:
-        path = results / fname
-        if not path.exists():
-            continue
-        _, rows = find(tables(path), prefix)
-        cands = [(n, t) for n, t in peers(rows) if allowed is None or n in allowed]
-        name, t_peer = min(cands, key=lambda p: p[1])
-        out.append((label, t_peer / row_time(rows, ours), name))
-    return out
-
-
-def plot_summary(results, out_png):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ratios = headline_ratios(results)
-    fig, ax = plt.subplots(figsize=(8.5, 0.55 * len(ratios) + 1.4))
-    labels = [r[0] for r in ratios]
-    vals = [r[1] for r in ratios]
-    colors = ["tab:green" if v >= 1 else "tab:red" for v in vals]
-    ax.barh(range(len(vals)), vals, color=colors)
-    ax.set_yticks(range(len(vals)), labels, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xscale("log")
-    ax.axvline(1.0, color="k", lw=0.8)
-    for i, v in enumerate(vals):
-        ax.text(v, i, f" {v:.2g}×", va="center", fontsize=8)
-    ax.set_xlabel("times faster than the strongest peer (log scale; below 1: slower)")
-    title = "sknn_gpu on one GPU against what a user would write instead"
-    ax.set_title(f"{title}\n(benchmarks/results/{results.name})", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
-    plt.close(fig)
 
 
 #: per estimator: (file, table prefixes) whose ours/peer rows are drawn
@@ -213,14 +138,11 @@ def main(argv=None):
     args = p.parse_args(argv)
     out = ROOT / "docs" / "_static" / "perf"
     out.mkdir(parents=True, exist_ok=True)
-    plot_summary(args.results, out / "summary.png")
     for key in PER_ESTIMATOR:
         if (args.results / PER_ESTIMATOR[key][0]).exists():
             plot_estimator(args.results, key, out / f"{key}.png")
     if (args.results / "flynn.md").exists():
         plot_flynn_scaling(args.results, ROOT / "docs" / "user_guide" / "flynn_scaling.png")
-    for label, ratio, peer in headline_ratios(args.results):
-        print(f"{label.splitlines()[0]:40s} {ratio:8.3g}x vs {peer}")
     return 0
 
 
