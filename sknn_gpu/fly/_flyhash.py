@@ -417,6 +417,14 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
     feature order, computed identically on CPU and GPU, so the two devices give
     bit-identical hashes. float64 input is rounded to float32 first.
 
+    The projection is drawn with ``n_components``, ``expansion_factor``,
+    ``n_connections``, ``connection_sparsity``, ``k`` and ``random_state``: changing
+    one of them after ``fit`` makes ``transform`` raise a ``ValueError`` that names it,
+    until the next ``fit`` (or until it is set back). ``output``, ``algorithm``,
+    ``precision``, ``bisect_steps``, ``verbose`` and ``output_type`` are read at every
+    call. Every parameter is validated at every public method, and a ``fit`` that
+    fails leaves the transformer as it was.
+
     References
     ----------
     S. Dasgupta, C. F. Stevens, S. Navlakha. "A neural algorithm for a

@@ -250,6 +250,16 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     float64 in the same order on both devices, so predictions are identical too.
     Ties in novelty go to the lowest class index.
 
+    The fitted model is made with the hashing parameters (``n_components``,
+    ``expansion_factor``, ``n_connections``, ``connection_sparsity``, ``k``),
+    ``random_state``, ``encoding``, ``input_range``, ``normalize``, ``gamma`` and
+    ``decay``: changing one of them after ``fit`` (``set_params``) makes prediction,
+    ``partial_fit`` and :func:`~sknn_gpu.fly.merge_flynn` raise a ``ValueError`` that
+    names it, until the next ``fit`` (or until it is set back). ``precision``,
+    ``batch_size``, ``verbose`` and ``output_type`` are read at every call. Every
+    parameter is validated at every public method, and a ``fit`` or ``partial_fit``
+    that fails leaves the estimator as it was.
+
     References
     ----------
     K. Sinha and P. Ram, "Fruit-fly inspired neighborhood encoding for
