@@ -1,4 +1,4 @@
-"""Dask scale-out (issue 18): one GPU in memory, Dask on one GPU, Dask on every GPU of the host.
+"""Dask scale-out: one GPU in memory, Dask on one GPU, Dask on every GPU of the host.
 
 Three workloads, each checked identical to the in-memory result:
 

@@ -10,7 +10,7 @@ the default; "fused"; "per_class") is timed and asserted to give the same bits, 
 the row kernel's tuning knobs, the sweep launch alone and batches of 512^2 photos.
 ``--fast`` keeps camera at 512^2 and 4096^2 and the batches (no ablation table).
 
-Peers (issue 14): Pillow's Floyd-Steinberg (``Image.convert("1")``) on one core, and for
+Peers: Pillow's Floyd-Steinberg (``Image.convert("1")``) on one core, and for
 batches of images also on every host core through a ``ThreadPoolExecutor`` (Pillow releases
 the GIL in ``convert``; the pool is created before the clock starts). The Bayer dither is a
 quality reference, not counted as a peer. "vs strongest peer" is the ratio to the fastest

@@ -9,7 +9,7 @@ Settings of da Cunha et al. (CAID 2023): hash factor h, s = 5% of d, k = 5% of m
 Data: uniform [0, 1) float32 (the datasets themselves are not available offline;
 the paper's synthetic experiments use the same distribution).
 
-Peers: what a user with a GPU would write in PyTorch (issue 13): ``X @ W`` with the
+Peers: what a user with a GPU would write in PyTorch: ``X @ W`` with the
 dense 0/1 projection W (d x m) in fp32, TF32, bf16 and fp16, then ``torch.topk``, each
 with its exactness (fraction of rows whose k winners equal our exact winners; X is
 converted to bf16/fp16 inside the timed region, W beforehand); a CuPy composition
@@ -294,7 +294,7 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             exact="exact" if same else "inexact",
         )
 
-        # issue 13: precision='fast' (float16 tensor cores + our selection) on the same
+        # precision='fast' (float16 tensor cores + our selection) on the same
         # float input, and integer-valued input (pixels) under precision='exact', which
         # goes through tensor cores and must give the fused kernel's bits
         fp = FlyHashTransformer(**{**fh.get_params(), "precision": "fast"}).fit(X[:1])
@@ -317,7 +317,7 @@ def experiment(title, n, d, m, s, k, args, cpu_rows, gpu, repeat_gpu=10, tie_hea
             "cuda",
             t_fused,
             "the same pixels without tensor cores",
-            "what 'exact' did before issue 13",
+            "integer-valued input on the fused kernel",
             exact="exact",
         )
         del Xi

@@ -11,7 +11,7 @@ FlyNN runs with its defaults (thermometer encoding over the fitted range, 8,192 
 reading 16 inputs, k=256, gamma=0.03 with relative decay); digits also with the papers'
 FlyNN (raw rows, k=32, 20 cells per feature reading 10 % of them, gamma=0.5 ** counts).
 
-Peers as a user with a GPU would write them (issue 13): brute-force 1-NN in PyTorch
+Peers as a user with a GPU would write them: brute-force 1-NN in PyTorch
 (``torch.cdist`` + ``argmin``, fp32, data on the device), and on the CPU scikit-learn's
 ``KNeighborsClassifier`` and FAISS-CPU ``IndexFlatL2`` (exact L2 1-NN on the raw features).
 The training-set sweep (``--only sweep``, GPU: 6k, 60k, 600k training rows, 10,000
@@ -350,7 +350,7 @@ SWEEP_PARAMS = dict(random_state=0)  # the defaults
 
 
 def gpu_sweep(sizes, n_queries, gpu, quick):
-    """GPU: FlyNN predict vs PyTorch brute-force 1-NN as the training set grows (issue 13)."""
+    """GPU: FlyNN predict vs PyTorch brute-force 1-NN as the training set grows."""
     X, y = fmnist_like(max(sizes) + n_queries, seed=1)
     Q, yq = X[-n_queries:], y[-n_queries:]
     reps = 3 if quick else 5

@@ -4,7 +4,7 @@ Ours: ``GBNNMemory`` on the GPU (``_kernels/gbnn.cu``: one block per probe, per-
 convergence, bit-packed W) and on the CPU (vectorised NumPy reference), for each rule.
 Peer on the same data: a plain CuPy dense-matrix composition of the same rules
 (float32 W of n x n, all probes as one dense n x K state, cuBLAS matmuls, whole-batch
-iterations), and the same dense decoder in PyTorch (issue 14), what a user with a GPU
+iterations), and the same dense decoder in PyTorch, what a user with a GPU
 would write: W as a dense fp16 matrix (exact: 0/1 entries, integer sums <= L = 512 per
 cluster block, fp32 accumulation in cuBLAS) and as fp32 (TF32 off), all probes as one
 batch, iterated until the state stops changing (``torch.equal`` each iteration); W built
@@ -13,7 +13,7 @@ compares each row with the fastest peer of the same rule. The paper's best time,
 for the joint scheme on a Tesla C1060, is quoted beside (not measured here). Also the
 same network near capacity (150,000 stored).
 
-Dask (issue 18): ``predict`` of 6,000,000 Scenario-2 probes in memory on one GPU, with
+Dask: ``predict`` of 6,000,000 Scenario-2 probes in memory on one GPU, with
 Dask on one GPU and on every GPU of the host (``dask_cuda.LocalCUDACluster``), and a
 distributed ``fit`` (a packed W per block, OR-reduced) beside an in-memory one; both
 checked identical. Without a GPU: 120,000 probes on 2 CPU worker processes.
@@ -350,7 +350,7 @@ def scenario(C, L, M, K, e, gpu, cpu_rules, peer_rules, quick):
     t.print()
 
 
-# ------------------------------------------------------------------ Dask scale-out (issue 18)
+# ----------------------------------------------------------------------------- Dask scale-out
 def dask_scaling(C, L, M, K, e, chunk, gpu, threads=1):
     """``predict`` of K probes: in memory on one device, then Dask on one worker and on
     every GPU of the host (2 CPU worker processes without a GPU); a distributed ``fit``
@@ -444,7 +444,7 @@ def main(argv=None):
         return
     scenario(16, 512, 50_000, 30_000, 7, gpu, RULES, RULES if gpu else (), False)
     scenario(16, 512, 150_000, 30_000, 7, gpu, ("joint",), ("joint",) if gpu else (), False)
-    # the issue-18 target: 6,000,000 Scenario-2 probes (a CPU run uses 120,000)
+    # the scale-out target: 6,000,000 Scenario-2 probes (a CPU run uses 120,000)
     if not skip_dask:
         dask_scaling(16, 512, 50_000, 6_000_000 if gpu else 120_000, 7, 250_000 if gpu else 30_000, gpu)
 

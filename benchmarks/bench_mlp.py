@@ -17,7 +17,7 @@ pixels: the timing does not depend on the values): one epoch of per-sample SGD
 kernel / cuBLAS GEMM) vs our 'cublas' composition vs scikit-learn's MLPClassifier on
 the CPU. Slow peers run on a subset and are scaled to 60,000 samples (said in the row).
 
-PyTorch peers (issues 14): the same {784, N, 10} ReLU network, softmax cross-entropy,
+PyTorch peers: the same {784, N, 10} ReLU network, softmax cross-entropy,
 plain SGD (lr 0.01, weight decay 1e-4, no momentum), one epoch in a shuffled order, per
 sample (batch 1) and per minibatch of 200, eager and with the training step captured as
 one CUDA graph (warm-up on a side stream, then a copy of the sample into static buffers

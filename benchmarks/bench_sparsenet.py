@@ -4,10 +4,10 @@ Ours: the level plan evaluated by ``_kernels/sparsenet.cu`` (per-level launches 
 single-launch executor with block/grid barriers) and by SciPy on the CPU. Peers on the
 same graphs in the same process: neat-python's ``FeedForwardNetwork.activate`` (CPU,
 one sample per call) and a CuPy composition of one cuSPARSE SpMM + elementwise
-activation per level, and PyTorch (issue 14): per level one dense matrix with the
+activation per level, and PyTorch: per level one dense matrix with the
 sparse mask applied (zeros where no edge, over the span of slots the level reads) and
 ``torch.sigmoid``, run eagerly and replayed as one CUDA graph (captured once, input
-copied into the static buffer per call). Graphs: the MLP-shaped one of issue 14
+copied into the static buffer per call). Graphs: the MLP-shaped one
 (784 -> 256 -> 256 -> 256 -> 256 -> 10 with random masks, ~70,800 edges, 5 levels: dense
 per level is what a user would write) and random layered DAGs with skip connections
 (every level reads from all earlier ones, so the dense peer carries all earlier slots).
@@ -158,7 +158,7 @@ class CupyLevels:
 
 
 def mlp_shaped(sizes, n_edges, random_state=0):
-    """A layered sparse network (issue 14's shape): random masks of equal density between
+    """A layered sparse network (the MLP-shaped benchmark graph): random masks of equal density between
     consecutive layers with about ``n_edges`` edges in all, neat sigmoid everywhere."""
     rng = np.random.default_rng(random_state)
     n_in, n_out = sizes[0], sizes[-1]

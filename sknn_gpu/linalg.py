@@ -444,7 +444,7 @@ def _cached_plan(pkey, make, *args):
 
 
 def _workspace(cupy, dev, sptr, n_elems):
-    """Per-(device, stream) scratch for split reductions: (partials, counters, their pointers).
+    """Per-(device, stream) workspace for split reductions: (partials, counters, their pointers).
 
     The kernels leave the counters at zero, so they are allocated (and zeroed) once; the
     partials buffer is float64-sized and also serves float32.
@@ -559,7 +559,7 @@ def _t_small_config(m, n, dtype):
     """``(TC, RL, UR)`` of ``gemv_t_small`` for ``A.T @ x`` of an (m, n) matrix, or None: float32
     with 256 to 1024 rows and columns and at most 512 x 1024 elements (where it was measured
     to win). A block sums TC columns over all m rows with RL row lanes, each loading
-    UR >= m / RL rows at once (a power of two: few builds). H100, queued (scratch sweep of
+    UR >= m / RL rows at once (a power of two: few builds). H100, queued (a sweep of
     TC x RL and an A/B of the trees, docs/performance.md): 8 x 32 up to 512² elements
     (512²: 2.9 µs against 3.3 µs for clusters of 32-column tiles; 256²: 2.5 against 3.3;
     1024 x 256: 3.1 against 3.5), else 16 x 16 (512 x 1024: 3.1 against 3.7; 1024 x 512:

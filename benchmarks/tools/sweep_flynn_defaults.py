@@ -1,4 +1,4 @@
-"""FlyNN defaults sweep (issue 13 item 3): cross-validated accuracy of FlyNNClassifier on
+"""FlyNN defaults sweep: cross-validated accuracy of FlyNNClassifier on
 scikit-learn's offline datasets (digits, iris, wine, breast_cancer; 5 stratified folds)
 against the best of 1/3/5-NN (MinMax-scaled).
 

@@ -46,7 +46,7 @@ THERMOMETER_THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
 THERMOMETER_SLOPE = 2.5
 #: ``encoding='population'``: the centres of a feature's receptors, and their half-width
 #: (triangular tuning curves ``max(0, w - |x - c|)``; see :func:`encode`). The half-width
-#: was picked among 0.25, 0.375, 0.5 and 0.75 in a development sweep (a scratch script on
+#: was picked among 0.25, 0.375, 0.5 and 0.75 in a development sweep (on
 #: the four datasets of ``benchmarks/tools/sweep_flynn_defaults.py``): best mean gaps to k-NN
 #: with seed 0 of 1.5, 0.7, 0.5 and 0.3 points; over 5 seeds 0.5 and 0.75 came out level
 #: (0.7-1.1 points).

@@ -179,7 +179,7 @@ def _index_dtype(n_features):
 
 
 # --------------------------------------------------------------------------- #
-# Size estimate (issue 15: refuse oversize work before allocating)              #
+# Size estimate: refuse oversize work before allocating                         #
 # --------------------------------------------------------------------------- #
 def flyhash_bytes(
     device,

@@ -72,7 +72,7 @@ _ROWS_BLOCKS_PER_SM = 4
 #: Batches: when the largest class-row group has at least this many rows per SM, the
 #: row kernel runs smaller blocks, more of them per SM (more rows waiting on memory at
 #: once), its registers capped (__launch_bounds__ minimum, define RMINB) so that they
-#: fit. H100 scratch sweeps (2026-11-25), 64 x 512^2: 3.65 ms with 128 x 8 against 4.44
+#: fit. H100 sweeps (2026-11-25), 64 x 512^2: 3.65 ms with 128 x 8 against 4.44
 #: ms with 256 x 4; 128 x 9 (56 registers, 1,188 blocks: one row each in the wide first
 #: sweep's 1,088-row groups) 3.35 ms, x 10 3.42, x 12 3.47. Single images are faster with
 #: 256 x 4 (512^2 0.62 against 0.65 ms, 4096^2 10.8 against 12.2 ms), so only batches switch.

@@ -36,7 +36,7 @@ PROGRESS_ROWS = 1 << 16
 
 
 def shared_bytes(C, L, rule):
-    """Dynamic shared memory of one retrieval block: the probe's state and its scratch.
+    """Dynamic shared memory of one retrieval block: the probe's state and its workspace.
 
     Sum-of-sum: ``20·CW + 8·C`` bytes (scores, masks, state, new state; symbols, counts);
     sum-of-max and joint: ``16·CW + 16·C`` (state, new state, final state, candidates;

@@ -169,7 +169,7 @@ def forward_host(graph, X, executor="auto", resident=True):
     into pinned host memory (:func:`~sknn_gpu._backend.host_mapped`), which the host
     reads once the stream is synchronized. After the first call the copy and the launch
     are replayed as one captured CUDA graph (``capture_graph``; not for executors with a
-    per-stream scratch buffer). The buffers and the graph are kept with the device plan
+    per-stream workspace). The buffers and the graph are kept with the device plan
     per (thread, batch size, executor), so concurrent callers do not share them. A
     non-finite input raises ValueError (the kernels' flag). Returns a new NumPy array of
     shape (n_samples, n_outputs). ``resident=False``: the caller has just asked
@@ -209,7 +209,7 @@ def forward_host(graph, X, executor="auto", resident=True):
 
     enqueue()
     _wait_checked(d)
-    if not cfg["needs_v"]:  # (a scratch buffer is per stream; a graph would fix one)
+    if not cfg["needs_v"]:  # (a workspace is per stream; a graph would fix one)
         bufs[4] = capture_graph(enqueue)  # later calls: one graph launch instead of two calls
     return out_host.copy()
 

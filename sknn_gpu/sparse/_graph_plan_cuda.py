@@ -75,7 +75,7 @@ def device_plan(graph):
         d["flag_np"][0] = d["bar_err_np"][0] = 0
         d["flag_addr"], d["bar_err_addr"] = np.uint64(flag.data.ptr), np.uint64(err.data.ptr)
         d["mapped"] = {}  # (thread, batch, executor) -> forward_host's staging buffers and graph
-        d["resident"] = None  # _graph_resident_cuda.ResidentForward, made by the first session
+        d["resident"] = None  # _graph_resident_cuda.ResidentForward, made by the first resident() block
         d["io_bytes"] = 8 * (d["n_in"] + d["n_out"])  # one row's inputs and outputs
         d["cfg"] = {}
         graph._dev[key] = d

@@ -157,7 +157,7 @@ class ResidentForward:
 
 
 def resident_check(graph):
-    """The device plan and one-row cluster configuration of a resident session, or
+    """The device plan and one-row cluster configuration of a resident kernel, or
     ValueError naming why the graph cannot be resident."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         # the request protocol relies on the host's stores becoming visible in program order
@@ -177,9 +177,9 @@ def resident_check(graph):
 
 @contextlib.contextmanager
 def resident_session(graph, idle_timeout):
-    """Context manager behind :meth:`SparseGraph.resident`: while any session of the graph's
-    device plan is open, :func:`forward_host` calls of the cluster executor go to its
-    :class:`ResidentForward`; the last session to close stops the kernel."""
+    """Context manager behind :meth:`SparseGraph.resident`: while any ``resident()`` block of
+    the graph's device plan is open, :func:`forward_host` calls of the cluster executor go to its
+    :class:`ResidentForward`; the last block to close stops the kernel."""
     d, _ = resident_check(graph)
     res = d["resident"]
     if res is None:

@@ -195,7 +195,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
     The dense phase of ``'prune'`` trains every weight of the layered network
     (``n_features * hidden_layer_sizes[0] + ...``) with one optimizer step over all of
     them per minibatch, however few the rows: 10^6 features and 100 hidden units are
-    10^8 weights (0.8 GB; gradients, masks, the optimizer's moments and scratch take
+    10^8 weights (0.8 GB; gradients, masks, the optimizer's moments and work arrays take
     several times that again) and about two seconds per epoch on one CPU core, so a fit
     of two rows runs for minutes. ``verbose=1`` shows its progress (a bar on a terminal, else a log
     line every few seconds); ``'random'``, which trains only ``density`` of the possible

@@ -161,7 +161,7 @@ class Adam:
     """Adam (scikit-learn's MLP defaults); ``step`` replaces the entries of ``params``.
 
     The moments are updated in place (they belong to the optimiser) and the temporaries
-    live in two scratch arrays per parameter array, kept between steps: the operations of
+    live in two work arrays per parameter array, kept between steps: the operations of
     ``m = b1 * m + (1 - b1) * g``, ``v = b2 * v + (1 - b2) * g * g`` and
     ``p - lr * m / (v ** 0.5 + eps)``, in that order (the same bits as those expressions
     on NumPy), with one new array per step instead of eleven. A wide dense phase spends
@@ -200,7 +200,7 @@ class Adam:
 
 class SGD:
     """SGD with momentum; ``step`` replaces the entries of ``params`` (the velocity is
-    updated in place with one scratch array: ``vel = mu * vel - lr * g``, the same
+    updated in place with one work array: ``vel = mu * vel - lr * g``, the same
     operations)."""
 
     def __init__(self, params, lr, momentum=0.9):
