@@ -247,6 +247,19 @@ def test_a_release_is_not_privatised_again(rng):
         merge_flynn([priv, clf.privatize(1.0, 5)]).privatize(1.0, 5)
 
 
+def test_partial_fit_of_a_release_is_refused_and_the_release_kept(rng):
+    # exact counts of new samples added to noisy ones would leave the private copy unprivate
+    clf, X, y = _fitted(rng)
+    priv = clf.privatize(1.0, 5)
+    counts = to_host(priv.counts_).copy()
+    with pytest.raises(ValueError, match="differentially private release"):
+        priv.partial_fit(X[:10], y[:10])
+    np.testing.assert_array_equal(to_host(priv.counts_), counts)
+    refit = priv.fit(X, y)  # a fresh fit is an exact model again, with no private accounting
+    assert not hasattr(refit, "dp_accounting_")
+    np.testing.assert_array_equal(to_host(refit.counts_), to_host(clf.counts_))
+
+
 def test_merging_private_releases_records_the_accounting(rng):
     clf, X, y = _fitted(rng)
     halves = [

@@ -582,6 +582,13 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self.__dict__.pop("classes_", None)
         else:
             check_fitted_params(self)
+            if hasattr(self, "dp_accounting_"):
+                raise ValueError(
+                    "This model is a differentially private release (see dp_accounting_): "
+                    "partial_fit would add exact counts of the new samples to its noisy ones, and a "
+                    "model shared after that would not be private. Keep the exact model, "
+                    "partial_fit it, and privatize it again (each release spends its own epsilon)."
+                )
         if classes is not None:
             classes = host_labels(classes, "classes")
             check_classification_targets(classes)
