@@ -14,6 +14,7 @@ Any other marker is an error. README.md itself must not need either.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import warnings
 from pathlib import Path
@@ -68,7 +69,7 @@ def test_readme_is_short_and_shows_the_figure_first():
 
 def test_readme_links_resolve():
     text = README.read_text(encoding="utf-8")
-    links = [t for t in re.findall(r"\]\(([^)#]+)\)", text) if not re.match(r"[a-z]+://", t)]
+    links = [t for t in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", text) if not re.match(r"[a-z]+://", t)]
     assert len(links) >= 10
     missing = [t for t in links if not (ROOT / t).exists()]
     assert not missing
@@ -88,6 +89,22 @@ def test_readme_block_runs(block, capsys):
         warnings.simplefilter("ignore")  # convergence notes of the short fits
         exec(compile("\n" * line + code, str(README), "exec"), {"__name__": "__readme__"})
     assert capsys.readouterr().out.strip(), "each README block prints its result"
+
+
+def test_summary_figure_is_drawn_from_the_performance_pages_results():
+    """The README's figure reads the recorded runs that docs/performance.md is generated from."""
+    tomllib = pytest.importorskip("tomllib")
+    spec = importlib.util.spec_from_file_location("plot_summary", ROOT / "benchmarks" / "plot_summary.py")
+    plot_summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot_summary)
+    rows = plot_summary.ratios()
+    six = {"GBNNMemory", "FlyHashTransformer", "FlyNNClassifier", "DTCNNHalftoner"}
+    six |= {"SparseNetRegressor", "GPUMLPClassifier"}
+    assert {r[0] for r in rows} == six
+    assert all(t_ours > 0 and t_peer > 0 for *_, t_ours, t_peer in rows)
+    manifest = tomllib.loads((ROOT / "benchmarks" / "results" / "manifest.toml").read_text(encoding="utf-8"))
+    used = {w[2] for w in plot_summary.WORKLOADS} | {w[1] for w in plot_summary.MLP_WORKLOADS}
+    assert used <= set(manifest["files"]), "redraw the figure from the files the performance page uses"
 
 
 # ------------------------------------------------------------------------------ user guide
