@@ -49,9 +49,14 @@ format: $(VENV)/.dev-installed
 gpu-check:
 	bash scripts/gpu_check.sh
 
-# on the accelerator machine (CuPy preinstalled, no venv): the cuda-marked tests alone, slowest ten listed
+# on the accelerator machine (CuPy preinstalled, no venv): the cuda-marked tests alone, slowest ten listed.
+# With pytest-xdist installed (the test extra) the files are spread over GPU_WORKERS processes
+# sharing the one GPU: most of the suite's time is compiling each kernel variant once (a fresh
+# machine has an empty kernel cache) and host-side reference work, which the workers share out.
+GPU_WORKERS ?= 8
 gpu-test:
-	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pytest -q -p no:cacheprovider -m cuda --durations=10 tests
+	PYTHONPATH=.$${PYTHONPATH:+:$$PYTHONPATH} $(PYTHON) -m pytest -q -p no:cacheprovider -m cuda --durations=10 \
+	  $$($(PYTHON) -c "import xdist" 2>/dev/null && echo "-n $(GPU_WORKERS) --dist loadfile") tests
 
 bench: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/run_all.py --quick
