@@ -153,6 +153,21 @@ u = rng.random(16, dtype=np.float32)
 v = rng.random(16, dtype=np.float32)
 """,
     "scaling_out.md": "",
+    "flynn.md": """
+import io
+import numpy as np
+from sklearn.datasets import load_digits
+from sknn_gpu.fly import FlyNNClassifier
+X_pix, y_pix = load_digits(return_X_y=True)
+X_pix = X_pix * 15  # pixels 0..240
+parties = [(X_pix[:900], y_pix[:900]), (X_pix[900:], y_pix[900:])]
+payloads = []
+for X_p, y_p in parties:
+    model = FlyNNClassifier(input_range=(0, 255), random_state=0).fit(X_p, y_p)
+    buf = io.BytesIO()
+    model.export_counts(buf)
+    payloads.append(buf.getvalue())
+""",
     "sparsenet.md": """
 import numpy as np
 from sknn_gpu.sparse import SparseNetRegressor
@@ -163,7 +178,7 @@ reg = SparseNetRegressor(hidden_layer_sizes=(8,), max_iter=5, random_state=0).fi
 rows = [X[i : i + 1] for i in range(3)]
 """,
 }
-#: pages whose blocks are not run, with the reason
+#: pages whose blocks are not run yet, with the reason (their preamble may be ready)
 NOT_RUN = {
     "flynn.md": "its fit_federated block calls Client(...) and carries no needs-dask-cluster marker yet",
 }
@@ -173,11 +188,11 @@ PAGES = sorted(p.name for p in GUIDE.glob("*.md") if blocks(p))
 def test_every_guide_page_with_code_is_covered():
     assert PAGES, "the user guide has Python examples"
     for page in PAGES:
-        assert (page in PREAMBLE) != (page in NOT_RUN), page
+        assert page in PREAMBLE or page in NOT_RUN, page
         assert {m for _, m, _ in blocks(GUIDE / page)} <= MARKERS | {None}, page
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p in PREAMBLE])
+@pytest.mark.parametrize("page", [p for p in PAGES if p in PREAMBLE and p not in NOT_RUN])
 def test_guide_page_runs(page):
     import sklearn
 
