@@ -30,15 +30,16 @@ PEER_LINE = re.compile(
     r"^Strongest peer(?: \((?P<cls>[^)]+)\))?: (?P<name>.+) \((?:cpu|cuda)\), " + TIME + r"\.$"
 )
 
+FLYHASH = "2026-11-26-h100/bench_flyhash_fmnist_recheck.md"
 SPARSE = "2026-11-26-h100/sparsenet_latency_after_review_mend.md"
 
 #: (estimator, workload, results file, table title prefix, our row (on cuda), peer class or None)
 WORKLOADS = [
     ("GBNNMemory", "joint retrieval, 30,000 probes (Scenario 2)", "2026-11-26-h100/bench_gbnn_peers.md",
      "C=16, L=512, 50,000 stored, 30,000 probes", "ours joint", "joint"),
-    ("FlyHashTransformer", "exact, FashionMNIST shape", "2026-11-26-h100/bench_flyhash_fmnist_recheck.md",
+    ("FlyHashTransformer", "exact, FashionMNIST shape", FLYHASH,
      "FashionMNIST shape", "ours GPU (transform)", "exact"),
-    ("FlyHashTransformer", "precision='fast', FashionMNIST shape", "2026-11-26-h100/bench_flyhash_fmnist_recheck.md",
+    ("FlyHashTransformer", "precision='fast', FashionMNIST shape", FLYHASH,
      "FashionMNIST shape", "ours GPU (transform, precision='fast')", "inexact"),
     ("FlyNNClassifier", "predict 10,000, 6,000 training rows", "2026-11-26-h100/bench_flynn_after_review.md",
      "Training-set sweep (GPU): 6,000 ", "ours FlyNN predict (GPU)", None),
