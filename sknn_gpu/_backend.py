@@ -63,9 +63,12 @@ VALID_DEVICES = ("auto", "cpu", "cuda")
 #: Environment variable that hides CUDA from sknn_gpu (useful to force the CPU path).
 DISABLE_ENV = "SKNN_GPU_DISABLE_CUDA"
 
+# the package is installed from its source tree or a built wheel, not by name from an index:
+# name the CuPy wheels themselves (what the cuda12 / cuda13 extras install)
 _INSTALL_HINT = (
-    "Install the CUDA extra matching your toolkit, e.g. `pip install sknn-gpu[cuda12]` "
-    "(CUDA 12.x) or `pip install sknn-gpu[cuda13]` (CUDA 13.x), or use device='cpu' / 'auto'."
+    "Install CuPy for your driver's CUDA major version: `pip install cupy-cuda12x` (CUDA 12.x) "
+    "or `pip install cupy-cuda13x` (CUDA 13.x), which is what sknn-gpu's cuda12 / cuda13 extras "
+    "install; or use device='cpu' / 'auto'."
 )
 
 
@@ -444,6 +447,7 @@ def same_type_as_input(result, reference, output_type=None):
     ``config_context(output_type=...)`` decides. Tuples and lists are converted element
     by element. Estimators pass every returned array through here, and nothing else.
     """
+    given = output_type
     if output_type is None:
         output_type = _config.get()["output_type"]
     if type(result) is np.ndarray and (
@@ -451,7 +455,14 @@ def same_type_as_input(result, reference, output_type=None):
     ):
         return result  # what to_host returns for it, without the type checks (small predictions)
     if isinstance(result, (tuple, list)):
-        return type(result)(same_type_as_input(r, reference, output_type) for r in result)
+        return type(result)(same_type_as_input(r, reference, given) for r in result)
+    if output_type == "cupy" and not is_device_array(result) and not cuda_available():
+        where = "the estimator's output_type parameter" if given else "sknn_gpu.config_context / set_config"
+        raise RuntimeError(
+            f"output_type='cupy' (from {where}) asks for CuPy arrays, but CUDA is not usable: "
+            f"{cuda_unavailable_reason()} Use output_type='numpy', or 'input' / None to follow the "
+            "input's array type, on a machine without a GPU."
+        )
     if output_type == "cupy" or (output_type == "input" and is_device_array(reference)):
         return to_device(result, "cuda")
     return to_host(result)

@@ -22,7 +22,7 @@ from pathlib import Path
 #: Exit statuses.
 EXIT_OK, EXIT_RUNTIME, EXIT_USAGE = 0, 1, 2
 
-_PILLOW_HINT = "Pillow is needed to read and write image files: pip install sknn-gpu[demo]"
+_PILLOW_HINT = "Pillow is needed to read and write image files: pip install pillow (sknn-gpu's demo extra)"
 
 
 class UsageError(Exception):
