@@ -9,7 +9,13 @@ import pytest
 from sklearn.model_selection import GridSearchCV, cross_val_score
 
 from sknn_gpu._backend import InsufficientMemoryError, to_host
-from sknn_gpu.memory import GBNNMemory, _gbnn_cpu, erasure_error_rate, theoretical_density
+from sknn_gpu.memory import (
+    GBNNMemory,
+    _gbnn_cpu,
+    erased_recall_scorer,
+    erasure_error_rate,
+    theoretical_density,
+)
 from sknn_gpu.memory._capacity import gbnn_bytes
 from sknn_gpu.memory._gbnn_cpu import _unpack
 
@@ -627,27 +633,21 @@ def test_cross_validation_on_held_out_messages_scores_zero_by_nature(rng):
         cross_val_score(GBNNMemory(device="cpu"), msgs, cv=3, error_score="raise")
 
 
-def _erased_recall(memory, X, y=None):
-    """The user guide's scorer: erase 4 symbols of each given (stored) message, score recall."""
-    probes = np.array(X, copy=True)
-    cols = np.random.default_rng(0).random(probes.shape).argsort(axis=1)[:, :4]
-    np.put_along_axis(probes, cols, -1, axis=1)
-    return memory.score(probes, X)
-
-
-def test_gridsearch_with_an_erasure_scorer_over_stored_messages(rng):
+def test_gridsearch_with_the_erasure_scorer_and_explicit_splits(rng):
+    """Splits given as a list work as well as StoredMessagesCV (tests/test_gbnn_model_selection.py)."""
     msgs = rng.integers(0, 32, size=(400, 6))
     rows = np.arange(len(msgs))
     grid = {"rule": ["sum-of-sum", "joint"]}
+    scorer = erased_recall_scorer(4)
     # one split whose test rows are the stored rows, and probe sets that are parts of them
     for cv in ([(rows, rows)], [(rows, part) for part in np.array_split(rows, 4)]):
-        search = GridSearchCV(GBNNMemory(device="cpu", random_state=0), grid, scoring=_erased_recall, cv=cv)
+        search = GridSearchCV(GBNNMemory(device="cpu", random_state=0), grid, scoring=scorer, cv=cv)
         search.fit(msgs)
         sos, joint = search.cv_results_["mean_test_score"]
         assert 0 < sos < joint <= 1
         assert search.best_params_ == {"rule": "joint"}
     direct = GBNNMemory(device="cpu", random_state=0).fit(msgs)
-    assert search.best_score_ == pytest.approx(_erased_recall(direct, msgs), abs=0.05)
+    assert search.best_score_ == pytest.approx(scorer(direct, msgs), abs=0.05)
 
 
 @pytest.mark.cuda

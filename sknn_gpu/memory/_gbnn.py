@@ -199,6 +199,8 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
     --------
     theoretical_density : Expected ``density_`` of random messages.
     erasure_error_rate : One-step error probability for ``e`` erasures.
+    StoredMessagesCV : Cross-validation splits that probe stored messages.
+    erased_recall_scorer : Scorer that erases symbols of stored messages.
 
     Notes
     -----
@@ -238,9 +240,11 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
     (``cross_val_score(mem, messages, messages)``: store the training fold, score the
     held-out fold) scores 0 by nature — a held-out message is not in the memory, and
     its completion is ``-1`` or another stored message. Score probes made from stored
-    messages instead: a scorer that erases symbols of the messages it is given, with
-    splits whose test rows are among the training rows (for example
-    ``cv=[(all_rows, all_rows)]``); the user guide has a ``GridSearchCV`` example.
+    messages instead: :class:`StoredMessagesCV` stores every message in each split and
+    probes a part of them, and :func:`erased_recall_scorer` erases symbols of the
+    probed messages and scores their recall, so that
+    ``GridSearchCV(GBNNMemory(), grid, scoring=erased_recall_scorer(2),
+    cv=StoredMessagesCV(3))`` ranks parameters by how well they recall the stored set.
 
     Examples
     --------
@@ -715,9 +719,9 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         This measures recall of **stored** messages from partial ones: ``X`` holds
         probes (stored messages with symbols erased, ``-1``) and ``y`` the messages they
         came from. A message that was never stored is not recalled, so scoring held-out
-        messages (the default of scikit-learn's cross-validation) gives 0 by nature; see
-        the class Notes and the user guide for a scorer that erases symbols of stored
-        messages, for ``GridSearchCV``.
+        messages (the default of scikit-learn's cross-validation) gives 0 by nature; for
+        ``GridSearchCV`` and ``cross_val_score`` use ``scoring=erased_recall_scorer(e)``
+        with ``cv=StoredMessagesCV(...)`` (see the class Notes).
 
         Parameters
         ----------
@@ -736,8 +740,9 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         if y is None:
             raise ValueError(
                 "GBNNMemory.score needs y, the true messages the probes X were made from (it is the "
-                "fraction of probes completed exactly); cross-validation must pass y, or use a scorer "
-                "that erases symbols of stored messages (see the GBNN user guide)."
+                "fraction of probes completed exactly). For cross-validation, pass "
+                "scoring=sknn_gpu.memory.erased_recall_scorer(n_erased) with "
+                "cv=sknn_gpu.memory.StoredMessagesCV(n_splits): it erases symbols of stored messages."
             )
         if is_dask_collection(X):
             return _gbnn_dask.score(self, X, y)
