@@ -304,6 +304,49 @@ def test_pickle_roundtrip(rng):
     assert (fh2.transform(X) != fh.transform(X)).nnz == 0
 
 
+@pytest.mark.parametrize("seed", ["int", "none", "instance"])
+def test_pickle_keeps_the_generator_state_and_redraws_the_projection(device, rng, seed):
+    """A pickle holds the generator state the projection was drawn from, not the projection:
+    loading draws it again, the same bits (on a GPU the fit draws on the device, the load on
+    the host), whatever ``random_state`` was."""
+    import copy
+
+    random_state = {"int": 3, "none": None, "instance": np.random.RandomState(7)}[seed]
+    X = rng.random((20, 40))
+    fh = FlyHashTransformer(n_components=4096, k=64, random_state=random_state, device=device).fit(X)
+    blob = pickle.dumps(fh)
+    # 4,096 units x 4 connections held ~120 KB (CSR data, indices and the GPU table); the
+    # generator state is 2.5 KB, a RandomState parameter as much again
+    assert len(blob) < 16 * 1024
+    for again in (pickle.loads(blob), copy.deepcopy(fh)):
+        assert (again.components_ != fh.components_).nnz == 0
+        assert again.components_.indices.dtype == fh.components_.indices.dtype
+        assert np.array_equal(again._kernel_index, fh._kernel_index)
+        assert (again.transform(X) != fh.transform(X)).nnz == 0
+
+
+def test_pickle_whose_projection_does_not_redraw_is_refused(rng):
+    X = rng.random((5, 12))
+    fh = FlyHashTransformer(k=4, random_state=0, device="cpu").fit(X)
+    state = fh.__getstate__()
+    assert "components_" not in state and "_kernel_index" not in state
+    state["_projection_sha256"] = "0" * 64  # another version's draw, or a damaged file
+    with pytest.raises(ValueError, match="drawn again .* differs"):
+        FlyHashTransformer.__new__(FlyHashTransformer).__setstate__(state)
+
+
+def test_pickle_without_a_generator_state_keeps_its_projection(rng):
+    """A model whose projection has no recorded generator state (an older pickle) keeps the
+    projection itself in the pickle."""
+    X = rng.random((5, 12))
+    fh = FlyHashTransformer(k=4, random_state=0, device="cpu").fit(X)
+    del fh._projection_draw
+    state = fh.__getstate__()
+    assert "components_" in state and "_projection_sha256" not in state
+    again = pickle.loads(pickle.dumps(fh))
+    assert (again.transform(X) != fh.transform(X)).nnz == 0
+
+
 # ----------------------------------------------------------------- GPU parity
 @pytest.mark.cuda
 @pytest.mark.parametrize("output", ["sparse", "dense", "packed"])

@@ -24,10 +24,15 @@ Numerical contract (identical on both devices)
   the lower unit index (``-0.0`` and ``+0.0`` are equal). Because both devices
   compute bit-identical activations and apply the same rule, CPU and GPU hashes
   are bit-identical.
+
+Size: a little over 800 lines, one estimator: the transformer class (its public
+methods and docstrings are most of it) with the drawing of its projection and the
+size estimate that guards it, which only it uses; the hashing lives in the engines.
 """
 
 from __future__ import annotations
 
+import hashlib
 from numbers import Integral, Real
 
 import numpy as np
@@ -167,6 +172,35 @@ def _components_matrix(connections, n_features):
     mat = sp.csr_matrix((data, connections.ravel().copy(), indptr), shape=(m, n_features))
     mat.has_sorted_indices = True
     return mat
+
+
+def _kernel_table(connections, n_features):
+    """The GPU copy of the connections: rows padded to a multiple of 8 entries (16-byte
+    vector loads in flyhash.cu); padding is never read as a connection."""
+    m, s = connections.shape
+    kidx = np.zeros((m, _index_row_width(s)), dtype=_index_dtype(n_features))
+    kidx[:, :s] = connections
+    return kidx
+
+
+def _generator_state(rng):
+    """The state of the ``RandomState`` ``rng`` as a plain dict (any bit generator)."""
+    return rng.get_state(legacy=False)
+
+
+def _generator(state):
+    """A ``RandomState`` at ``state`` (from :func:`_generator_state`)."""
+    bit_generator = getattr(np.random, state["bit_generator"])()
+    bit_generator.state = state
+    return np.random.RandomState(bit_generator)
+
+
+def _projection_digest(components):
+    """SHA-256 (hex) of a projection: its shape, index dtype and connections, in order."""
+    h = hashlib.sha256()
+    h.update(repr((components.shape, components.indices.dtype.str)).encode())
+    h.update(np.ascontiguousarray(components.indices))
+    return h.hexdigest()
 
 
 def _index_row_width(n_connections):
@@ -425,6 +459,11 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
     call. Every parameter is validated at every public method, and a ``fit`` that
     fails leaves the transformer as it was.
 
+    A pickle holds the state of the random generator the projection was drawn from,
+    not the projection (a few kilobytes instead of about ``10 * m * s`` bytes):
+    loading draws it again, bit for bit, and checks it against a SHA-256 digest
+    kept in the pickle.
+
     References
     ----------
     S. Dasgupta, C. F. Stevens, S. Navlakha. "A neural algorithm for a
@@ -580,6 +619,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
                 log_every=_common.PROGRESS_LOG_SECONDS,
             )
         step = None if bar is None else bar.update
+        start = _generator_state(rng)  # what a pickle keeps instead of the projection
         conn = _draw_connections(rng, m, n_features, s, draw=engine(device).draw_block, progress=step)
         if bar is not None:
             bar.close(n_connections=s)
@@ -587,11 +627,8 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         self.n_components_ = m
         self.n_connections_ = s
         self.k_ = k
-        # GPU copy of the connections: rows padded to a multiple of 8 entries
-        # (16-byte vector loads in flyhash.cu); padding is never read as a connection.
-        kidx = np.zeros((m, _index_row_width(s)), dtype=_index_dtype(n_features))
-        kidx[:, :s] = conn
-        self._kernel_index = kidx
+        self._kernel_index = _kernel_table(conn, n_features)
+        self._projection_draw = start
         self._n_features_out = m
         self._fitted_params_ = fitted_params(self, MODEL_PARAMS)
         self.__dict__.pop("_device_cache", None)
@@ -767,6 +804,39 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             n = (self.n_components_ + 7) // 8
             return np.asarray([f"{prefix}_byte{i}" for i in range(n)], dtype=object)
         return np.asarray([f"{prefix}{i}" for i in range(self.n_components_)], dtype=object)
+
+    # ------------------------------------------------------------ pickles
+    def __getstate__(self):
+        """The state without the projection: the generator state it was drawn from (a few
+        kilobytes instead of about ``10 * m * s`` bytes) and its digest; ``__setstate__``
+        draws it again, the same bits."""
+        state = super().__getstate__()
+        if state.get("_projection_draw") is not None and "components_" in state:
+            state["_projection_sha256"] = _projection_digest(state.pop("components_"))
+            state.pop("_kernel_index", None)
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        digest = state.pop("_projection_sha256", None)
+        super().__setstate__(state)
+        if digest is not None:
+            self._redraw_projection(digest)
+
+    def _redraw_projection(self, digest):
+        """Draw the fitted projection again from ``_projection_draw`` (on the host: the GPU's
+        draw gives the same bits) and check it against ``digest``."""
+        d, m, s = self.n_features_in_, self.n_components_, self.n_connections_
+        conn = _draw_connections(_generator(self._projection_draw), m, d, s)
+        components = _components_matrix(conn, d)
+        if _projection_digest(components) != digest:
+            raise ValueError(
+                f"{type(self).__name__}: the projection drawn again from the pickled generator state "
+                "differs from the one that was pickled (a pickle from another sknn_gpu version, or "
+                "a damaged one); refit the model with this version."
+            )
+        self.components_ = components
+        self._kernel_index = _kernel_table(conn, d)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

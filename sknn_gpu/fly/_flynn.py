@@ -457,17 +457,51 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """Install ``counts`` (on ``device_``) with their filters ``gamma ** counts``, together.
 
         The filters are computed on the host (same bits on both devices) before
-        anything is assigned, so an error leaves the model as it was. ``_filters_t``
-        keeps the transposed filters (C-ordered, host) that the novelty kernels
-        read; its copy on ``device_`` and that of ``classes_`` are made here, once per
-        update (``_device_copy`` caches them), so prediction only reads the estimator.
+        anything is assigned, so an error leaves the model as it was.
         """
-        filters = np.power(np.float64(self.gamma), self._decay_exponent(to_host(counts)))
-        filters_on_device = to_device(filters, self.device_)
-        self.counts_, self.filters_ = counts, filters_on_device
+        filters = self._filters_of(counts)
+        self.counts_ = counts
+        self._install_filters(filters)
+
+    def _filters_of(self, counts):
+        """The Fly Bloom filters (host float64) of the count table ``counts``."""
+        return np.power(np.float64(self.gamma), self._decay_exponent(to_host(counts)))
+
+    def _install_filters(self, filters):
+        """Set ``filters_`` (on ``device_``) and ``_filters_t``, the transposed filters
+        (C-ordered, host) that the novelty kernels read; their copy on ``device_`` and that
+        of ``classes_`` are made here, once per update (``_device_copy`` caches them), so
+        prediction only reads the estimator."""
+        self.filters_ = to_device(filters, self.device_)
         self._filters_t = np.ascontiguousarray(filters.T)
         for name in ("_filters_t", "classes_"):
             self._device_copy(name)
+
+    # ------------------------------------------------------------------ #
+    # pickles                                                              #
+    # ------------------------------------------------------------------ #
+
+    #: Derived from ``counts_`` and the parameters: left out of pickles, rebuilt on load.
+    _transient_attributes = (*DeviceMixin._transient_attributes, "filters_", "_filters_t")
+
+    def __getstate__(self):
+        """The state without the filters (rebuilt from the counts on load), integer counts
+        in the narrowest unsigned type that holds them (one byte a cell on digits) and the
+        hash without its projection (:class:`FlyHashTransformer` draws it again)."""
+        state = super().__getstate__()
+        counts = state.get("counts_")
+        if isinstance(counts, np.ndarray) and counts.dtype == np.int64 and counts.size and counts.min() >= 0:
+            state["counts_"] = counts.astype(np.min_scalar_type(int(counts.max())))
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        counts = state.get("counts_")
+        if isinstance(counts, np.ndarray) and counts.dtype.kind == "u":
+            state["counts_"] = counts.astype(np.int64)
+        super().__setstate__(state)
+        if "counts_" in self.__dict__ and "filters_" not in self.__dict__:
+            self._install_filters(self._filters_of(self.counts_))
 
     def _decay_exponent(self, counts):
         """The exponent of ``gamma`` per class and cell (host float64): the counts under
