@@ -1,7 +1,8 @@
 """The ``sknn-gpu`` command line.
 
 Every error is one line on stderr: exit status 2 for usage errors (a bad option
-value, an output extension no image format has) and 1 for runtime ones (a missing
+value, an output extension no image format has, a lossy output format without
+``--allow-lossy``) and 1 for runtime ones (a missing
 or unreadable input, an output directory that does not exist, too little memory,
 no GPU for ``--device cuda``, a full disk). ``--debug`` shows the traceback instead.
 """
@@ -103,14 +104,35 @@ def _pillow():
     return Image
 
 
-def _check_output_path(path, Image):
-    """The Pillow format for ``path``; refuses what cannot be written, before any work."""
+#: Pillow formats that store our grey and colour images with lossy compression, and how:
+#: a halftone's exact levels (0 and 255) come back smeared into other values there.
+LOSSY_FORMATS = {
+    "JPEG": "JPEG compression",
+    "MPO": "JPEG compression",
+    "AVIF": "AVIF compression",
+    "PDF": "JPEG compression inside the PDF",
+}
+#: Save options per format: WebP is lossy unless asked, and exact with ``lossless=True``.
+_SAVE_OPTIONS = {"WEBP": {"lossless": True}}
+
+
+def _check_output_path(path, Image, allow_lossy=False):
+    """The Pillow format for ``path``; refuses what cannot be written, before any work.
+
+    A lossy format (:data:`LOSSY_FORMATS`) is a usage error unless ``allow_lossy``.
+    """
     ext = path.suffix.lower()
     fmt = Image.registered_extensions().get(ext)
     if fmt is None or fmt not in Image.SAVE:
         what = f"unknown image extension {ext!r}" if ext else "no file extension"
         raise UsageError(
             f"output {str(path)!r}: {what}; use one Pillow can write, e.g. .png, .tif, .bmp, .webp"
+        )
+    if fmt in LOSSY_FORMATS and not allow_lossy:
+        raise UsageError(
+            f"output {str(path)!r}: {fmt} stores the image with {LOSSY_FORMATS[fmt]}, which smears a "
+            "halftone's exact levels into other grey values; write .png, .tif, .bmp or .webp "
+            "(written lossless), or pass --allow-lossy to write it anyway"
         )
     parent = path.parent
     ancestor = parent
@@ -223,16 +245,6 @@ def _read_pixels(im, path):
     return arr.astype(np.float64) / 65535.0
 
 
-def _to_uint8(out, levels):
-    """Halftone levels as uint8 ``round(255 k / (m - 1))``, the same integers as uint8 input gives."""
-    import numpy as np
-
-    if out.dtype == np.uint8:
-        return out
-    k = np.rint(np.asarray(out, dtype=np.float64) * (levels - 1)).astype(np.int64)
-    return ((k * 510 + (levels - 1)) // (2 * (levels - 1))).astype(np.uint8)
-
-
 class _NoSummary(logging.Filter):
     """Drops the closing summary record of a progress report (``sknn_gpu._progress``)."""
 
@@ -270,7 +282,7 @@ def _save(Image, arr, mode, path, fmt):
         im = Image.fromarray(arr)
         if im.mode != mode:  # pragma: no cover - fromarray infers it from the shape
             raise CommandError(f"internal error: expected a {mode} image, got {im.mode}")
-        im.save(tmp, format=fmt)
+        im.save(tmp, format=fmt, **_SAVE_OPTIONS.get(fmt, {}))
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
@@ -300,7 +312,13 @@ def _cmd_halftone(args):
             raise UsageError(f"{flag} {value} must be at least radius + 1 = {radius + 1} (or 'none')")
     Image = _pillow()
     src, dst = Path(args.input), Path(args.output)
-    fmt = _check_output_path(dst, Image)
+    fmt = _check_output_path(dst, Image, allow_lossy=args.allow_lossy)
+    if fmt in LOSSY_FORMATS:
+        print(
+            f"{_prog()}: warning: {fmt} is lossy ({LOSSY_FORMATS[fmt]}): the written halftone's levels "
+            "are not exact; write .png, .tif, .bmp or .webp to keep them",
+            file=sys.stderr,
+        )
     try:
         device = resolve_device(args.device)
     except RuntimeError as exc:
@@ -320,6 +338,7 @@ def _cmd_halftone(args):
             first_sweep_spacing=args.first_sweep_spacing,
             class_spacing=args.class_spacing,
             channel_axis=None if channels == 1 else -1,
+            output_dtype="uint8",  # round(255 k / (levels - 1)), what the file stores
             # progress (sweeps of a grey image, channels of a colour one): a bar on a terminal,
             # else a log line every few seconds of a long call (see _progress_without_summary)
             verbose=1,
@@ -338,7 +357,7 @@ def _cmd_halftone(args):
             print(f"{_prog()}: warning: {_one_line(w.message)}", file=sys.stderr)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    out8 = _to_uint8(out, args.levels)
+    out8 = out
     from .metrics import hvs_psnr
 
     k = channels - (channels in (2, 4))  # halftoned channels (alpha aside)
@@ -440,6 +459,11 @@ def build_parser():
         "(default 'none': radius + 1; 3 with --radius 1 is the paper's 9 classes)",
     )
     p_ht.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    p_ht.add_argument(
+        "--allow-lossy",
+        action="store_true",
+        help="write a lossy format (.jpg, .avif, .pdf) anyway; its compression smears the exact levels",
+    )
     p_ht.set_defaults(func=_cmd_halftone)
     return parser
 

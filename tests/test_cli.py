@@ -282,8 +282,41 @@ def test_alpha_is_dropped_with_a_note_for_formats_without_it(tmp_path, capsys):
     src, dst = tmp_path / "la.png", tmp_path / "out.jpg"
     grey = (photo(32) * 255).astype(np.uint8)
     Image.fromarray(np.dstack([grey, np.full_like(grey, 200)]), mode="LA").save(src)
-    status, _, err = run(["halftone", src, dst, "--device", "cpu"], capsys)
+    status, _, err = run(["halftone", src, dst, "--device", "cpu", "--allow-lossy"], capsys)
     assert status == 0 and "JPEG cannot store alpha" in err and Image.open(dst).mode == "L"
+
+
+# ------------------------------------------------------------------ lossy formats
+LOSSY = [".jpg", ".jpeg", ".JPG", ".pdf"] + ([".avif"] if ".avif" in Image.registered_extensions() else [])
+
+
+@pytest.mark.parametrize("ext", LOSSY)
+def test_lossy_output_is_refused_before_any_work(png, tmp_path, capsys, no_compute, ext):
+    dst = tmp_path / f"out{ext}"
+    status, out, err = run(["halftone", png, dst, "--device", "cpu"], capsys)
+    assert status == 2 and out == ""
+    assert "smears a halftone's exact levels" in err and "--allow-lossy" in err and ".png" in err
+    assert not dst.exists()
+
+
+def test_allow_lossy_writes_jpeg_with_a_warning(png, tmp_path, capsys):
+    dst = tmp_path / "out.jpg"
+    status, out, err = run(["halftone", png, dst, "--device", "cpu", "--allow-lossy"], capsys)
+    assert status == 0 and "-> " in out
+    assert err.startswith("sknn-gpu: warning: JPEG is lossy") and len(err.strip().splitlines()) == 1
+    arr = np.asarray(Image.open(dst))
+    assert Image.open(dst).format == "JPEG" and arr.shape == (48, 48)
+    # what the warning is about: the two levels come back as many values
+    assert len(np.unique(arr)) > 2
+
+
+@pytest.mark.skipif(".webp" not in Image.registered_extensions(), reason="Pillow without WebP")
+def test_webp_is_written_lossless(png, tmp_path, capsys):
+    dst = tmp_path / "out.webp"
+    status, _, err = run(["halftone", png, dst, "--device", "cpu"], capsys)
+    assert status == 0 and "warning" not in err
+    expected = DTCNNHalftoner(device="cpu", output_dtype="uint8").fit_transform(np.asarray(Image.open(png)))
+    np.testing.assert_array_equal(np.asarray(Image.open(dst).convert("L")), expected)
 
 
 # ------------------------------------------------------------------ Pillow missing, unexpected errors

@@ -1167,3 +1167,111 @@ def test_gpu_long_runs_and_cycles_are_bit_identical(verbose, rng, monkeypatch):
         for name in ("flips_", "energy_", "n_iter_per_image_"):
             np.testing.assert_array_equal(getattr(cpu, name), getattr(gpu, name), err_msg=name)
         assert cpu.cycle_detected_ == gpu.cycle_detected_
+
+
+# ------------------------------------------------------------------------ output_dtype
+def _levels_from_float(out, m):
+    """Level index k of a float halftone ``k / (m - 1)``."""
+    return np.rint(np.asarray(out, dtype=np.float64) * (m - 1)).astype(np.int64)
+
+
+@pytest.mark.parametrize("levels", [2, 5])
+def test_output_dtype_gives_the_levels_in_the_asked_dtype(device, rng, levels):
+    """One halftone, several dtypes: level k is round(top k / (m - 1)) for the unsigned
+    integers, k / (m - 1) for floats, k > 0 for bool; the same bits on both devices."""
+    img = smooth_image(rng, (24, 30))
+    ref = DTCNNHalftoner(levels=levels, device="cpu").fit_transform(img)  # float64, as today
+    k = _levels_from_float(ref, levels)
+    expected = {
+        "uint8": ((k * 510 + (levels - 1)) // (2 * (levels - 1))).astype(np.uint8),
+        "uint16": ((k * 131070 + (levels - 1)) // (2 * (levels - 1))).astype(np.uint16),
+        "float32": (k / (levels - 1)).astype(np.float32),
+        "float64": k / (levels - 1),
+    }
+    if levels == 2:
+        expected["bool"] = k > 0
+    for name, want in expected.items():
+        for spelling in (name, np.dtype(name), np.dtype(name).type):
+            ht = DTCNNHalftoner(levels=levels, device=device, output_dtype=spelling)
+            out = ht.fit_transform(img)
+            assert isinstance(out, np.ndarray) and out.dtype == want.dtype, (name, spelling)
+            np.testing.assert_array_equal(out, want, err_msg=f"{name} {spelling!r}")
+            np.testing.assert_array_equal(ht.transform(img), want)
+    if levels == 2:
+        assert set(np.unique(expected["uint8"]).tolist()) == {0, 255}
+
+
+def test_output_dtype_none_follows_the_input_as_before(device, rng):
+    img = smooth_image(rng, (20, 22))
+    u8 = (img * 255).round().astype(np.uint8)
+    assert DTCNNHalftoner(device=device).fit_transform(u8).dtype == np.uint8
+    as_float = DTCNNHalftoner(device=device, output_dtype="float32").fit_transform(u8)
+    np.testing.assert_array_equal(as_float * 255, DTCNNHalftoner(device=device).fit_transform(u8))
+    bits = (img > 0.5).astype(np.int16)  # 0/1 integers: float64 out by default
+    assert DTCNNHalftoner(device=device).fit_transform(bits).dtype == np.float64
+
+
+def test_uint8_output_goes_to_pillow_without_a_cast(tmp_path, rng):
+    Image = pytest.importorskip("PIL.Image")
+    img = smooth_image(rng, (32, 40))
+    out = DTCNNHalftoner(device="cpu", output_dtype="uint8").fit_transform(img)
+    path = tmp_path / "ht.png"
+    Image.fromarray(out).save(path)
+    back = Image.open(path)
+    assert back.mode == "L"
+    np.testing.assert_array_equal(np.asarray(back), out)
+    bits = DTCNNHalftoner(device="cpu", output_dtype=bool).fit_transform(img)
+    assert Image.fromarray(bits).mode == "1"
+    np.testing.assert_array_equal(bits, out == 255)
+
+
+def test_output_dtype_rescales_the_alpha_channel(device, rng):
+    rgb = np.stack([smooth_image(rng, (16, 18)) for _ in range(3)], axis=-1)
+    alpha = np.linspace(0, 1, 16 * 18).reshape(16, 18)
+    rgba8 = (np.dstack([rgb, alpha]) * 255).round().astype(np.uint8)
+    out = DTCNNHalftoner(device=device, output_dtype="float32").fit_transform(rgba8)
+    assert out.dtype == np.float32
+    np.testing.assert_array_equal(out[..., 3], (rgba8[..., 3] / 255.0).astype(np.float32))
+    np.testing.assert_array_equal(
+        out[..., :3] * 255, DTCNNHalftoner(device=device).fit_transform(rgba8)[..., :3]
+    )
+    rgbaf = np.dstack([rgb, alpha])
+    out8 = DTCNNHalftoner(device=device, output_dtype="uint8").fit_transform(rgbaf)
+    np.testing.assert_array_equal(out8[..., 3], np.rint(alpha * 255).astype(np.uint8))
+    with pytest.raises(ValueError, match="output_dtype=bool.*alpha"):
+        DTCNNHalftoner(device=device, output_dtype="bool").fit(rgba8)
+
+
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ("int8", "output_dtype"),
+        (np.int8, "output_dtype"),
+        (np.dtype("complex64"), "output_dtype"),
+        (1, "output_dtype"),
+        (True, "output_dtype"),
+    ],
+)
+def test_bad_output_dtype_is_refused(rng, value, match):
+    img = smooth_image(rng, (12, 12))
+    with pytest.raises(ValueError, match=match):
+        DTCNNHalftoner(device="cpu", output_dtype=value).fit(img)
+    ht = DTCNNHalftoner(device="cpu").fit(img).set_params(output_dtype=value)
+    with pytest.raises(ValueError, match=match):  # set after fit: refused by transform too
+        ht.transform(img)
+
+
+def test_bool_output_needs_two_levels(rng):
+    with pytest.raises(ValueError, match="output_dtype=bool holds two levels.*levels=3"):
+        DTCNNHalftoner(device="cpu", levels=3, output_dtype=bool).fit(smooth_image(rng, (12, 12)))
+
+
+def test_dask_transform_meta_has_the_output_dtype(rng):
+    da = pytest.importorskip("dask.array")
+    batch = np.stack([smooth_image(rng, (10, 12)) for _ in range(4)])
+    ht = DTCNNHalftoner(device="cpu", output_dtype="uint8").fit(batch[0])
+    lazy = ht.transform(da.from_array(batch, chunks=(2, 10, 12)))
+    assert lazy.dtype == np.uint8
+    out = lazy.compute(scheduler="synchronous")
+    assert out.dtype == np.uint8
+    np.testing.assert_array_equal(out, ht.transform(batch))

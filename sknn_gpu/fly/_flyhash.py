@@ -40,6 +40,7 @@ import scipy.sparse as sp
 from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
 from sklearn.utils import check_random_state
 from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
+from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import (
@@ -738,7 +739,16 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             CuPy input gives CuPy output. Dask input gives a lazy Dask array of the
             same blocks (for ``'sparse'``, blocks of SciPy CSR — cupyx CSR on GPU
             workers — with empty row blocks left out; ``compute()`` stacks them).
+
+        Raises
+        ------
+        ValueError
+            With ``output='sparse'`` when ``set_output`` (or scikit-learn's global
+            ``transform_output``) asks for a pandas or polars DataFrame, which cannot
+            hold a sparse matrix (as scikit-learn refuses it), before any work:
+            ``output='dense'`` gives one 0/1 ``uint8`` column per unit.
         """
+        self._check_frame_output()
         if not is_dask_collection(X):
             return self._hash(X)
         check_dask_X(self, X, "transform", reset=False)
@@ -751,6 +761,18 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
         xp = array_module(X._meta)
         meta = _csr_hash(xp.zeros(1, dtype=xp.int64), xp.zeros(0, dtype=xp.int32), (0, self.n_components_))
         return da.Array(H.dask, H.name, H.chunks, meta=meta)
+
+    def _check_frame_output(self):
+        """Refuse a DataFrame output of the sparse hash before hashing (scikit-learn would refuse
+        it after), naming the output that gives one."""
+        frame = _get_output_config("transform", self)["dense"]
+        if frame != "default" and self.output == "sparse":
+            raise ValueError(
+                f"{frame.capitalize()} output does not support sparse data: {type(self).__name__} with "
+                "output='sparse' returns a sparse matrix. Pass output='dense' (one uint8 column of 0/1 "
+                "per hash unit, named by get_feature_names_out) or output='packed' for a DataFrame, or "
+                "set_output(transform='default') to keep the sparse matrix."
+            )
 
     @dask_rows(_hash_columns)
     def _hash(self, X):

@@ -41,14 +41,18 @@ from .._backend import (
     SMALL_WORK_BYTES,
     check_memory,
     is_device_array,
+    to_host,
 )
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from ..base import DeviceMixin, validates_params
 from ._dtcnn_run import bayer_matrix, engine, run
+from ._frames import check_feature_names, check_frame_output, feature_names_in, flat_feature_names
 from ._images import (
+    OUTPUT_DTYPES,
     check_image_array,
     check_image_values,
+    check_output_dtype,
     from_stack,
     halftone_bytes,
     image_layout,
@@ -180,7 +184,22 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         independent, so it fits a :class:`~sklearn.pipeline.Pipeline`). With it,
         any other shape is refused. None: a 2-D ``X`` is one image (see Notes).
         For example ``image_shape=(8, 8)`` for :func:`~sklearn.datasets.load_digits`
-        rows scaled to [0, 1].
+        rows scaled to [0, 1]. It is also what makes ``set_output(transform='pandas')``
+        (or ``'polars'``) meaningful: each output column is the halftone of one pixel
+        (see Notes).
+    output_dtype : {'uint8', 'uint16', 'bool', 'float32', 'float64'}, dtype or None, \
+            default=None
+        Dtype of the halftone. None: the input's (uint8 in, uint8 out; a float dtype
+        kept; 0/1 integers and booleans give float64). ``'uint8'``: level ``k`` of
+        ``levels`` is ``round(255 k / (levels - 1))``, 0 and 255 for two levels, what
+        ``PIL.Image.fromarray`` writes as an 8-bit image; ``'uint16'``: the same over
+        0..65535; ``'bool'`` (``levels=2`` only): False for black, True for white,
+        what scikit-image uses for binary images (``fromarray`` gives a 1-bit image);
+        a float dtype: ``k / (levels - 1)`` in [0, 1]. A NumPy type or dtype
+        (``np.uint8``) works as its name does. The conversion is integer arithmetic
+        on the halftone's levels, the same on both devices. An alpha channel, copied
+        rather than halftoned, is rescaled to the output's range (uint8 ``p`` becomes
+        ``p / 255`` in a float output); ``'bool'`` refuses images with alpha.
     random_state : int, RandomState instance or None, default=None
         Seeds ``init='random'`` (drawn on the host, so both devices agree).
     verbose : int or bool, default=0
@@ -265,6 +284,16 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
     and 1. Output has the input's shape and type (uint8 in gives uint8 in {0, 255}
     out for ``levels=2``; NumPy in gives NumPy out, CuPy in gives CuPy out).
 
+    ``set_output(transform='pandas')`` (or ``'polars'``, or the same through
+    :func:`sklearn.set_config`) returns a DataFrame with ``image_shape=(H, W)``: one row
+    per image, one column per pixel, named as the columns of a DataFrame given to
+    ``fit`` (one-to-one) or ``x0 .. x{H*W-1}``; the index of a pandas input is kept, and
+    CuPy results are brought to the host. Without ``image_shape`` the output is an image
+    (``(H, W)``, a batch, channels), not a table of samples and features, so a DataFrame
+    output is refused with a ``ValueError`` before any work (``set_output(transform=
+    'default')`` on the halftoner keeps arrays under a global pandas setting), and so is
+    one with ``output_type='cupy'`` or a Dask input.
+
     Images that would not fit in host (or GPU) memory are refused with an
     ``InsufficientMemoryError`` naming the bytes needed and free, before they are
     scanned or copied; the estimate is about 104 bytes per pixel and channel on the
@@ -323,6 +352,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         "T": [Real],
         "channel_axis": [StrOptions({"auto"}), Integral, None],
         "image_shape": [tuple, list, None],
+        "output_dtype": [StrOptions(set(OUTPUT_DTYPES)), type, np.dtype, None],
         "random_state": ["random_state"],
         "verbose": [Interval(Integral, 0, None, closed="left"), "boolean"],
         **DeviceMixin._device_constraints,
@@ -347,6 +377,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         T: float = 0.0,
         channel_axis: Literal["auto"] | int | None = "auto",
         image_shape: tuple[int, int] | None = None,
+        output_dtype: str | type | np.dtype | None = None,
         random_state: int | np.random.RandomState | None = None,
         verbose: int | bool = 0,
         device: Literal["auto", "cpu", "cuda"] = "auto",
@@ -367,6 +398,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         self.T = T
         self.channel_axis = channel_axis
         self.image_shape = image_shape
+        self.output_dtype = output_dtype
         self.random_state = random_state
         self.verbose = verbose
         self.device = device
@@ -435,7 +467,14 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         """
         device = device or self.device_
         lay = image_layout(shape, self._channel_axis())
-        host, dev = halftone_bytes(lay, dtype, device, input_on_device=input_on_device, energy=energy)
+        host, dev = halftone_bytes(
+            lay,
+            dtype,
+            device,
+            input_on_device=input_on_device,
+            energy=energy,
+            out_dtype=self._requested_dtype(),
+        )
         host += int(extra_host_bytes)
         what = f"halftoning images of shape {tuple(shape)} ({lay.describe()})"
         check_memory(host, "cpu", what=what, floor=SMALL_WORK_BYTES)
@@ -443,8 +482,14 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             check_memory(dev, "cuda", what=what, floor=SMALL_WORK_BYTES)
         return host, dev
 
+    def _requested_dtype(self):
+        """``output_dtype`` as a NumPy dtype, or None (follow the input)."""
+        return check_output_dtype(self.output_dtype, int(self.levels))
+
     def _cross_check_params(self):
-        """What the constraints cannot say: ``image_shape`` is two positive integers."""
+        """What the constraints cannot say: ``image_shape`` is two positive integers;
+        ``output_dtype`` (a type or dtype) is one of the accepted ones, bool for two levels."""
+        self._requested_dtype()
         shape = self.image_shape
         if shape is not None and not (
             len(shape) == 2
@@ -546,6 +591,13 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         lay = image_layout(images.shape, self._channel_axis())
         on_device = is_device_array(X)
         self._check_size(images.shape, X.dtype, self.device_, input_on_device=on_device, energy=want_energy)
+        requested = self._requested_dtype()
+        if lay.alpha and requested == np.bool_:
+            raise ValueError(
+                f"{name}: output_dtype=bool holds one bit per pixel, but the images have an alpha "
+                f"channel ({lay.describe()}) that would be copied into it; use output_dtype='uint8' "
+                "or drop the alpha channel."
+            )
         check_image_values(X)
         rng = check_random_state(random_state)
         stk = to_stack(images, lay)
@@ -573,7 +625,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
                 rng,
                 want_energy,
                 first_spacing,
-                X.dtype,
+                X.dtype if requested is None else requested,  # the engines map the input's dtype
                 bar=bar,
                 what=name,
                 device=self.device_,
@@ -657,7 +709,8 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             )
             self.templates_["params"] = self._template_params()
             self._resolve_device()
-            self.__dict__.pop("image_shape_", None)  # fit reads X afresh, whatever it saw before
+            for attr in ("image_shape_", "n_features_in_", "feature_names_in_"):
+                self.__dict__.pop(attr, None)  # fit reads X afresh, whatever it saw before
             out, (info, lay) = self._halftone(X, True, self.random_state, what)
         except BaseException:
             # a fit that fails (bad input, out of memory half-way, interrupted) leaves the
@@ -666,6 +719,11 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
                 self.__dict__.pop(attr, None)
             raise
         self.image_shape_ = (lay.h, lay.w)
+        names = feature_names_in(X) if self.image_shape is not None else None
+        if self.image_shape is not None:  # rows of flattened images: H * W features
+            self.n_features_in_ = lay.h * lay.w
+        if names is not None:
+            self.feature_names_in_ = names
         self.n_iter_per_image_ = np.asarray(info["n_iter"], dtype=np.int64)
         self.n_iter_ = int(self.n_iter_per_image_.max())
         self.converged_ = bool(np.all(info["converged"]))
@@ -734,10 +792,13 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         Returns
         -------
         halftone : array of the same shape and array type as ``X``
-            uint8 for uint8 input, else float (the input's float dtype) with values
-            ``k / (levels - 1)``.
+            In ``output_dtype``; by default uint8 for uint8 input, else float (the
+            input's float dtype) with values ``k / (levels - 1)``. A DataFrame when
+            ``set_output`` asks for one (``image_shape`` only, see the class notes).
         """
-        return self._fit(X, "fit_transform")
+        frame = check_frame_output(self, X, "fit_transform")
+        out = self._fit(X, "fit_transform")
+        return to_host(out) if frame else out
 
     def _dask_images(self, X):
         """Shape and dtype of one image's halftone, after refusing what Dask cannot do here."""
@@ -750,7 +811,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
                     f"{X.chunks}); every pixel of a halftone depends on the whole image, so keep each "
                     "row whole: X.rechunk({1: -1})."
                 )
-            return X.shape[1:], output_dtype(X.dtype)
+            return X.shape[1:], output_dtype(X.dtype, self._requested_dtype())
         self._check_fitted_layout(tuple(int(v) for v in X.shape), name)
         lay = image_layout(X.shape, self.channel_axis)
         if lay.batch and lay.axis == 0:
@@ -775,9 +836,9 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
                 f"(chunks {X.chunks}); every pixel of a halftone depends on the whole image, so "
                 f"an image cannot be split across blocks: {how}."
             )
-        return X.shape[1:], output_dtype(X.dtype)
+        return X.shape[1:], output_dtype(X.dtype, self._requested_dtype())
 
-    @dask_rows(lambda est, X: (X.shape[1:], output_dtype(X.dtype)))
+    @dask_rows(lambda est, X: (X.shape[1:], output_dtype(X.dtype, est._requested_dtype())))
     def _transform_dask(self, X):
         """``transform`` of one Dask block (the shared wrapper maps it over the blocks)."""
         return self.transform(X)
@@ -798,8 +859,10 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         Returns
         -------
         halftone : array of the same shape and array type as ``X``
-            A lazy Dask array for a Dask input, whose blocks have the array type of
-            the input's blocks (or ``output_type``).
+            In ``output_dtype`` (as for :meth:`fit_transform`). A lazy Dask array for a
+            Dask input, whose blocks have the array type of the input's blocks (or
+            ``output_type``). A DataFrame when ``set_output`` asks for one
+            (``image_shape`` only, see the class notes).
 
         Raises
         ------
@@ -813,8 +876,44 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
         """
         check_is_fitted(self, "templates_")
         self._check_templates_current()
+        frame = check_frame_output(self, X, "transform")
         if is_dask_collection(X):
             self._dask_images(X)
             return self._transform_dask(X)
+        check_feature_names(self, X, "transform")
         out, _ = self._halftone(X, False, self.random_state, "transform")
-        return out
+        return to_host(out) if frame else out
+
+    @validates_params
+    def get_feature_names_out(self, input_features: ArrayLike | None = None) -> np.ndarray:
+        """Names of the output columns, for ``image_shape=(H, W)``: one per pixel.
+
+        The halftone of rows of flattened images maps pixel ``i`` to column ``i``, so
+        the names are the input's: ``input_features``, else the column names of a
+        DataFrame given to ``fit``, else ``x0 .. x{H*W-1}``. ``set_output`` names the
+        columns of its DataFrames with them.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None, default=None
+            Names of the ``H * W`` input columns; checked against those seen in ``fit``.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects
+            ``H * W`` names.
+
+        Raises
+        ------
+        ValueError
+            Without ``image_shape``: the output is an image, whose pixels are not
+            columns of a table.
+        """
+        check_is_fitted(self, "templates_")
+        if self.image_shape is None:
+            raise ValueError(
+                f"{type(self).__name__}.get_feature_names_out: without image_shape the halftone is an "
+                "image, not a table of features; pass image_shape=(H, W) to read X as rows of "
+                "flattened images, whose pixels are then the output columns."
+            )
+        return flat_feature_names(self, input_features)

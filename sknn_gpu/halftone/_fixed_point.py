@@ -76,16 +76,27 @@ def initial_state(U, Zu, thr, m, xp):
     return (512 * (2 * k - (m - 1))).astype(np.int16)
 
 
+#: Largest value of the unsigned integer output dtypes: level ``k`` of ``m`` is
+#: ``round(top k / (m - 1))``.
+_UINT_TOP = {np.dtype(np.uint8): 255, np.dtype(np.uint16): 65535}
+
+
 def state_to_output(Z, m, dtype, xp):
     """Output levels ``k / (m - 1)`` of a state stack in ``dtype``.
 
-    uint8 gives ``round(255 k / (m - 1))`` (integer arithmetic); a float dtype is
-    kept; anything else becomes float64.
+    uint8 gives ``round(255 k / (m - 1))`` and uint16 ``round(65535 k / (m - 1))``
+    (integer arithmetic, halves rounded up); bool gives ``k > 0`` (two levels); a
+    float dtype is kept; anything else becomes float64. The same expressions on NumPy
+    and CuPy, so both devices give the same bits.
     """
     k = (Z.astype(np.int32) // 512 + (m - 1)) // 2
-    if dtype == np.uint8:
-        return ((k * 510 + (m - 1)) // (2 * (m - 1))).astype(np.uint8)
-    out_dtype = dtype if np.dtype(dtype).kind == "f" else np.float64
+    dtype = np.dtype(dtype)
+    top = _UINT_TOP.get(dtype)
+    if top is not None:
+        return ((k * (2 * top) + (m - 1)) // (2 * (m - 1))).astype(dtype)
+    if dtype == np.bool_:
+        return k > 0
+    out_dtype = dtype if dtype.kind == "f" else np.float64
     return (k.astype(np.float64) / (m - 1)).astype(out_dtype)
 
 

@@ -25,6 +25,10 @@ __all__ = [
     "to_stack",
     "from_stack",
     "halftone_bytes",
+    "OUTPUT_DTYPES",
+    "check_output_dtype",
+    "output_dtype",
+    "convert_intensity",
 ]
 
 #: 'auto' reads a trailing axis of length 1, 3 or 4 of a 3-D array as channels only
@@ -263,7 +267,8 @@ def to_stack(X, lay):
 
 
 def from_stack(out, X, lay):
-    """Put a halftoned stack back into ``X``'s layout, on ``out``'s device (alpha copied from ``X``)."""
+    """Put a halftoned stack back into ``X``'s layout, on ``out``'s device (alpha copied from
+    ``X``, in the intensity scale of ``out``'s dtype: see :func:`convert_intensity`)."""
     xo = array_module(out)
     if lay.axis is None:
         return out if lay.batch else out[0]
@@ -272,19 +277,70 @@ def from_stack(out, X, lay):
     if lay.alpha:
         full = xo.empty((lay.n, lay.h, lay.w, lay.c), dtype=out.dtype)
         full[..., :k] = o4
-        full[..., k] = xo.asarray(_channels_last(X, lay)[..., k])
+        full[..., k] = convert_intensity(xo.asarray(_channels_last(X, lay)[..., k]), out.dtype)
         o4 = full
     res = o4 if lay.batch else o4[0]
     return xo.ascontiguousarray(xo.moveaxis(res, -1, lay.axis))
 
 
-def output_dtype(dtype):
-    """Dtype of the halftone of images of ``dtype``: uint8 and floats kept, else float64."""
+#: What ``DTCNNHalftoner(output_dtype=...)`` accepts besides None (any spelling NumPy reads
+#: as one of these dtypes: 'uint8', np.uint8, np.dtype('uint8'), ...).
+OUTPUT_DTYPES = ("uint8", "uint16", "bool", "float32", "float64")
+
+
+def check_output_dtype(requested, levels):
+    """``requested`` (an ``output_dtype`` parameter) as a NumPy dtype, or None; ValueError
+    for a dtype outside :data:`OUTPUT_DTYPES` and for bool with more than two levels."""
+    if requested is None:
+        return None
+    try:
+        dtype = np.dtype(requested)
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.name not in OUTPUT_DTYPES or isinstance(requested, bool):
+        raise ValueError(
+            f"output_dtype must be None (follow the input) or one of {', '.join(OUTPUT_DTYPES)} (a "
+            f"name, a NumPy type or a dtype); got {requested!r}."
+        )
+    if dtype == np.bool_ and levels != 2:
+        raise ValueError(
+            f"output_dtype=bool holds two levels (False = black, True = white), but levels={levels}; "
+            "use 'uint8' or a float dtype for more levels."
+        )
+    return dtype
+
+
+def output_dtype(dtype, requested=None):
+    """Dtype of the halftone of images of ``dtype``: ``requested`` when given (a dtype from
+    :func:`check_output_dtype`), else uint8 and floats kept and anything else float64."""
+    if requested is not None:
+        return np.dtype(requested)
     dtype = np.dtype(dtype)
     return dtype if dtype == np.uint8 or dtype.kind == "f" else np.dtype(np.float64)
 
 
-def halftone_bytes(lay, dtype, device, input_on_device=False, energy=True):
+def convert_intensity(a, dtype):
+    """Intensities ``a`` (uint8 0..255, floats in [0, 1], else 0/1) in the scale of ``dtype``.
+
+    Used for the alpha channel, which is copied, not halftoned: it keeps its values when
+    ``dtype`` has ``a``'s scale, and is rescaled otherwise (uint8 ``p`` becomes ``p / 255``
+    in a float output; floats ``v`` become ``rint(255 v)`` in uint8 and ``rint(65535 v)`` in
+    uint16). The same operations on NumPy and CuPy.
+    """
+    xp = array_module(a)
+    dtype = np.dtype(dtype)
+    scale = 255.0 if a.dtype == np.uint8 else 1.0
+    if dtype.kind == "f":
+        if a.dtype == np.uint8:
+            return (a.astype(np.float64) / scale).astype(dtype)
+        return a.astype(dtype)
+    if dtype == a.dtype:
+        return a
+    top = {np.dtype(np.uint8): 255.0, np.dtype(np.uint16): 65535.0}[dtype]
+    return xp.rint(a.astype(np.float64) * (top / scale)).astype(dtype)
+
+
+def halftone_bytes(lay, dtype, device, input_on_device=False, energy=True, out_dtype=None):
     """Host and device bytes that halftoning images of layout ``lay`` and ``dtype`` needs.
 
     The one size estimate of DTCNNHalftoner (``fit``, ``transform`` and the command
@@ -303,6 +359,8 @@ def halftone_bytes(lay, dtype, device, input_on_device=False, energy=True):
     energy : bool, default=True
         Whether the exact energy is computed (``fit``); its temporaries dominate the
         GPU's share.
+    out_dtype : dtype or None, default=None
+        Dtype of the halftone; None: the one :func:`output_dtype` gives for ``dtype``.
 
     Returns
     -------
@@ -311,7 +369,7 @@ def halftone_bytes(lay, dtype, device, input_on_device=False, energy=True):
     """
     pixels = int(np.prod(lay.stack_shape, dtype=np.float64))
     elems = lay.n * lay.h * lay.w * lay.c
-    out_item = output_dtype(dtype).itemsize
+    out_item = output_dtype(dtype, out_dtype).itemsize
     reassembly = 2 * out_item * elems if lay.axis is not None else 0  # channel moves, alpha
     if device == "cpu":
         return CPU_BYTES_PER_PIXEL * pixels + reassembly, 0
