@@ -1275,3 +1275,18 @@ def test_dask_transform_meta_has_the_output_dtype(rng):
     out = lazy.compute(scheduler="synchronous")
     assert out.dtype == np.uint8
     np.testing.assert_array_equal(out, ht.transform(batch))
+
+
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["uint8", "uint16", "bool", "float32"])
+def test_output_dtype_on_cupy_input_stays_on_the_gpu_with_the_same_bits(name, rng):
+    """CuPy in, CuPy out in the asked dtype; the planned launch (second transform) too."""
+    import cupy
+
+    img = smooth_image(rng, (40, 48))
+    want = DTCNNHalftoner(device="cpu", output_dtype=name).fit(img).transform(img)
+    ht = DTCNNHalftoner(device="cuda", output_dtype=name).fit(cupy.asarray(img))
+    for _ in range(2):  # the first call registers the plan, the second replays it
+        out = ht.transform(cupy.asarray(img))
+        assert isinstance(out, cupy.ndarray) and out.dtype == want.dtype
+        np.testing.assert_array_equal(out.get(), want)
