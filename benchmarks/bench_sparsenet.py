@@ -14,6 +14,10 @@ per level is what a user would write) and random layered DAGs with skip connecti
 A peer missing on the machine is a row saying so; "vs strongest peer" is the ratio to the
 fastest peer. Build time: our level plan vs neat-python's ``create``. Training:
 SparseNetRegressor('prune', density 0.1) vs scikit-learn's MLPRegressor on friedman1.
+``--cpu-train``: CPU fit time only, ours vs MLPRegressor on the same layered topology, data,
+epochs and minibatches (friedman1, and digits upsampled to 784 inputs), on one BLAS thread
+and on the machine's default; ours also on 30% and 10% of the edges. Its floor is the
+training's multiply-adds at the measured float64 GEMM rate of the same process.
 
 Floor: the compulsory traffic (edge weights and indices once, every node value written
 once and read once) at 3.0 TB/s, plus one 7 µs launch (fused) or one per level.
@@ -646,12 +650,153 @@ def training_table(args):
     t.print()
 
 
+# ------------------------------------------------------------------ CPU training mode
+#: Threads of the CPU training tables: one core, then the BLAS default of this machine.
+CPU_TRAIN_THREADS = (1, None)
+
+
+def _layered_graph(sizes, density, rng):
+    """The layered network ``sizes`` (ReLU hidden, linear outputs) as a SparseGraph with the
+    initial weights of SparseNetRegressor's dense phase; ``density`` < 1 keeps that random
+    fraction of every layer's weights."""
+    from sknn_gpu.sparse._activations import ACTIVATIONS
+    from sknn_gpu.sparse._sparsenet_train import DenseMasked
+
+    model = DenseMasked(sizes, ACTIVATIONS["relu"], 4.97, rng, np)
+    if density < 1.0:
+        for k, m in enumerate(model.masks):
+            keep = rng.random(m.shape) < density
+            model.masks[k] = keep.astype(np.float64)
+            model.params[2 * k] = model.params[2 * k] * model.masks[k]
+    return model.to_graph(4.97)
+
+
+def _dgemm_rate():
+    """Measured float64 GEMM rate (FLOP/s) of this process's BLAS at its current thread limit."""
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(1024, 1024)), rng.normal(size=(1024, 1024))
+    return 2 * 1024**3 / time_cpu(lambda: a @ b, repeat=5)
+
+
+def _train_flops(g, n_rows, epochs):
+    """Multiply-adds x 2 of training: the forward product and the weight gradient over every
+    edge, the back-propagated gradient over the edges that leave a hidden node."""
+    p = g.plan
+    hidden_src = int(np.count_nonzero(p["indices"] >= p["n_in"]))
+    return 2.0 * epochs * n_rows * (2 * g.n_active_edges + hidden_src)
+
+
+def _cpu_train_workloads(quick):
+    from scipy.ndimage import zoom
+    from sklearn.datasets import load_digits, make_friedman1
+
+    X, y = make_friedman1(n_samples=1000, random_state=0)
+    Xt, yt = make_friedman1(n_samples=1000, random_state=1)
+    yield "friedman1, 1,000 rows × 10 features", X, y, Xt, yt, (100, 100), (5 if quick else 50)
+    d = load_digits()
+    imgs = zoom(d.images, (1, 3.5, 3.5), order=1)  # 8 x 8 -> 28 x 28: 784 inputs
+    Xd = imgs.reshape(len(imgs), -1) / 16.0
+    Yd = np.eye(10)[d.target]  # one-hot targets: 10 outputs
+    n = 1200
+    yield (
+        "digits upsampled to 28×28, 1,200 rows × 784 features, 10 outputs",
+        Xd[:n],
+        Yd[:n],
+        Xd[n:],
+        Yd[n:],
+        (100, 100),
+        (3 if quick else 20),
+    )
+
+
+def cpu_training_tables(args):
+    """Fit time on the CPU: SparseNetRegressor on the layered topology that MLPRegressor trains
+    (as a SparseGraph, and as the dense phase of 'prune'), and on random fractions of its
+    edges, against scikit-learn's MLPRegressor: same data, epochs, minibatches, Adam step."""
+    from sklearn.metrics import r2_score
+    from sklearn.neural_network import MLPRegressor
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    repeat = 3 if args.quick else 5
+    lr, alpha, bs = 1e-3, 1e-4, 200
+    for label, X, y, Xt, yt, hidden, epochs in _cpu_train_workloads(args.quick):
+        sizes = [X.shape[1], *hidden, 1 if y.ndim == 1 else y.shape[1]]
+        for threads in CPU_TRAIN_THREADS:
+            with threadpool_limits(limits=threads):
+                rate = _dgemm_rate()
+                n_threads = max(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas")
+                dense = _layered_graph(sizes, 1.0, np.random.default_rng(0))
+                flops = _train_flops(dense, X.shape[0], epochs)
+                t = Table(
+                    f"CPU training, {label}, {'→'.join(map(str, sizes))}, {epochs} epochs, "
+                    f"{n_threads} BLAS thread{'s' if n_threads > 1 else ''}",
+                    baseline="MLPRegressor",
+                    floor=flops / rate,
+                    floor_note=f"({flops / 1e9:.2f} GFLOP of dense training at this process's measured "
+                    f"float64 GEMM rate, {rate / 1e9:.0f} GFLOP/s; the data and weights stay in cache)",
+                )
+                common = dict(learning_rate_init=lr, alpha=alpha, batch_size=bs, max_iter=epochs, tol=0.0)
+                common["n_iter_no_change"] = epochs + 1
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+
+                    def fit_mlp():
+                        return MLPRegressor(hidden_layer_sizes=hidden, random_state=0, **common).fit(X, y)
+
+                    sec = time_cpu(fit_mlp, repeat=repeat, warmup=0)
+                    mlp = fit_mlp()
+                    t.add(
+                        "MLPRegressor",
+                        "cpu",
+                        sec,
+                        quality=f"R² {r2_score(yt, mlp.predict(Xt)):.3f}",
+                        note=f"dense, {mlp.n_iter_} epochs, median of {repeat}",
+                        peer=True,
+                    )
+                    ours = [("ours, dense topology as a SparseGraph", dense, {})]
+                    ours.append(
+                        (
+                            "ours, 'prune' dense phase (masked dense matrices)",
+                            "prune",
+                            dict(hidden_layer_sizes=hidden, density=1.0, n_prune_steps=1, fine_tune_iter=0),
+                        )
+                    )
+                    for density in (0.3, 0.1):
+                        g = _layered_graph(sizes, density, np.random.default_rng(0))
+                        ours.append((f"ours, {density:.0%} of its edges (random) as a SparseGraph", g, {}))
+                    for name, topo, kw in ours:
+
+                        def fit_ours(topo=topo, kw=kw):
+                            reg = SparseNetRegressor(topo, random_state=0, device="cpu", **common, **kw)
+                            return reg.fit(X, y)
+
+                        sec = time_cpu(fit_ours, repeat=repeat, warmup=0)
+                        reg = fit_ours()
+                        t.add(
+                            name,
+                            "cpu",
+                            sec,
+                            quality=f"R² {r2_score(yt, reg.predict(Xt)):.3f}",
+                            note=f"{reg.n_edges_:,} edges, {reg.n_iter_} epochs, median of {repeat}",
+                        )
+                t.print()
+
+
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
+    command = " ".join(["python benchmarks/bench_sparsenet.py", *argv])
     latency = "--latency" in argv  # batch-1 tables and the executor threshold sweep only
     if latency:
         argv.remove("--latency")
+    cpu_train = "--cpu-train" in argv  # the CPU training tables only (ours vs MLPRegressor)
+    if cpu_train:
+        argv.remove("--cpu-train")
     args = parse_args(__doc__.splitlines()[0], argv)
+    if cpu_train:
+        print(f"{time.strftime('%Y-%m-%d')} · {os.cpu_count()}-core CPU, no GPU used · {command}\n")
+        print(environment_header() + "\n")
+        cpu_training_tables(args)
+        return
     print(environment_header() + "\n")
     gpu = cuda_available() and args.device != "cpu"
     print(f"neat-python: {'available' if neat is not None else 'not installed (its rows are skipped)'}\n")

@@ -1,5 +1,7 @@
 """SparseGraph: level plan, neat-python equivalence, errors, CPU/GPU parity, gradients."""
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -323,6 +325,124 @@ def test_backward_matches_finite_differences(activation, rng):
         d[i] = eps
         num = (loss(w, b + d) - loss(w, b - d)) / (2 * eps)
         assert abs(num - gb[i]) <= 1e-5 * max(1.0, abs(num)), (i, num, gb[i])
+
+
+def _layered(sizes, density, rng, activation="relu"):
+    """A layered network with ``density`` of each layer's possible edges (all at 1.0)."""
+    ids, start = [np.arange(sizes[0])], sizes[0] + sizes[-1]
+    for h in sizes[1:-1]:
+        ids.append(np.arange(start, start + h))
+        start += h
+    ids.append(np.arange(sizes[0], sizes[0] + sizes[-1]))
+    edges = []
+    for a, b in zip(ids[:-1], ids[1:]):
+        i, j = np.nonzero(rng.random((a.size, b.size)) < density)
+        edges.append(np.stack([a[i], b[j]], axis=1))
+    edges = np.concatenate(edges)
+    return SparseGraph.from_edges(
+        edges,
+        sizes[0],
+        sizes[-1],
+        rng.normal(size=len(edges)) / 4,
+        rng.normal(size=start),
+        activations=activation,
+        n_nodes=start,
+    )
+
+
+def _mixed(g, rng):
+    """``g`` with random trainable activations and responses per node."""
+    codes = np.array([ACTIVATIONS[a] for a in ("relu", "tanh", "sigmoid", "identity")], dtype=np.int32)
+    return SparseGraph(
+        g.src,
+        g.dst,
+        g.weights,
+        g.biases,
+        rng.uniform(0.5, 1.5, g.n_nodes),
+        rng.choice(codes, g.n_nodes).astype(np.int32),
+        g.input_ids,
+        g.output_ids,
+        slope=1.3,
+    )
+
+
+def _dense_reference(g, X, G_out, w, b):
+    """Training from the definition on a dense (slots x slots) weight matrix: outputs, every
+    node value, and the gradients of the weights and biases."""
+    from sknn_gpu.sparse._activations import activation_derivative, apply_activation
+
+    p = g.plan
+    n_in, n_comp = p["n_in"], p["nodes"].size
+    W = np.zeros((n_in + n_comp, n_in + n_comp))
+    W[n_in + p["row_of_edge"], p["indices"]] = w
+    V = np.zeros((n_in + n_comp, X.shape[0]))
+    V[:n_in] = X.T
+    lp = p["level_ptr"]
+    for r0, r1 in zip(lp[:-1], lp[1:]):
+        z = b[r0:r1, None] + p["resp"][r0:r1, None] * (W[n_in + r0 : n_in + r1] @ V)
+        V[n_in + r0 : n_in + r1] = apply_activation(p["act"][r0:r1], z, g.slope)
+    G = np.zeros_like(V)
+    np.add.at(G, p["out_slots"], G_out)
+    D = np.zeros_like(V)
+    for r0, r1 in zip(lp[-2::-1], lp[:0:-1]):
+        s = slice(n_in + r0, n_in + r1)
+        D[s] = G[s] * activation_derivative(p["act"][r0:r1], V[s], g.slope)
+        G += W[s].T @ (p["resp"][r0:r1, None] * D[s])
+    gW = (np.concatenate([np.zeros(n_in), p["resp"]])[:, None] * D) @ V.T
+    return V[p["out_slots"]].T, V, gW[n_in + p["row_of_edge"], p["indices"]], D[n_in:].sum(axis=1)
+
+
+BLOCK_GRAPHS = {
+    "dense layers (whole blocks, no copy)": lambda rng: _layered([6, 20, 20, 2], 1.0, rng),
+    "30% layers (dense blocks)": lambda rng: _layered([30, 20, 20, 3], 0.3, rng),
+    "10% layers (CSR products, dense weight gradient)": lambda rng: _layered([60, 30, 30, 3], 0.1, rng),
+    "2% layers (CSR products, per-edge gradient)": lambda rng: _layered([200, 60, 60, 3], 0.02, rng),
+    "random DAG with skips, mixed activations": lambda rng: _mixed(
+        SparseGraph.random_dag(5, 2, 40, 0.3, random_state=int(rng.integers(1e6))), rng
+    ),
+    "bias neuron": lambda rng: SparseGraph.from_edges(
+        [(0, 3, 0.5), (1, 3, -1.0), (2, 3, 2.0), (3, 4, 1.0), (2, 4, 0.3)],
+        n_inputs=2,
+        n_outputs=1,
+        output_ids=[4],
+        n_nodes=5,
+        activations="tanh",
+    ),
+}
+
+
+@pytest.mark.parametrize("small_blocks", [False, True], ids=["whole levels", "levels cut by rows"])
+@pytest.mark.parametrize("kind", list(BLOCK_GRAPHS))
+def test_training_blocks_match_the_definition(kind, small_blocks, monkeypatch, rng):
+    """The CPU engine's training path (dense blocks through BLAS, CSR blocks, per-edge weight
+    gradients, levels cut into row blocks) computes what the definition says, and its node
+    values are those of the evaluation path."""
+    if small_blocks:
+        monkeypatch.setattr(_graph_cpu, "BLOCK_BYTES", 8 * 64)
+    g = BLOCK_GRAPHS[kind](rng)
+    X, Y = rng.normal(size=(9, g.n_inputs)), rng.normal(size=(9, g.n_outputs))
+    w, b = g.plan_params()
+    w = w + rng.normal(scale=0.01, size=w.size)  # training passes its own weights
+    out, V = _graph_cpu.forward(g, X, w=w, b=b, keep_values=True)
+    gw, gb = _graph_cpu.backward(g, V, (out - Y).T, w)
+    ref_out, ref_V, ref_gw, ref_gb = _dense_reference(g, X, (out - Y).T, w, b)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(V, ref_V, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(gw, ref_gw, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(gb, ref_gb, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(_graph_cpu.forward(g, X, w=w, b=b), out, rtol=1e-12, atol=1e-13)
+    blocks = [blk for level in _graph_cpu._layout(g) for blk in level[2]]
+    if small_blocks and not kind.startswith(("2%", "bias")):  # (levels too sparse or too small to cut)
+        assert len(blocks) > g.n_levels  # some level is cut into several row blocks
+    kinds = {(blk.full, blk.dense, blk.dense_gradient) for blk in blocks}
+    if kind.startswith("dense layers"):
+        assert kinds == {(True, True, True)}
+    elif kind.startswith("10%"):
+        assert (False, False, True) in kinds
+    elif kind.startswith("2%"):
+        assert (False, False, False) in kinds
+    state = pickle.loads(pickle.dumps(g)).__dict__
+    assert "_cpu_layout" not in state and "_cpu_layout" in g.__dict__  # kept, never pickled
 
 
 # ----------------------------------------------------------------------------- layout (issue 12)

@@ -584,6 +584,7 @@ class SparseGraph:
     def __getstate__(self):
         state = self.__dict__.copy()
         state["_dev"] = {}
+        state.pop("_cpu_layout", None)  # the CPU engine's training blocks, rebuilt on use
         return state
 
     def __setstate__(self, state):
