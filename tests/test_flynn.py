@@ -12,7 +12,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from sknn_gpu._backend import to_host
-from sknn_gpu.fly import FlyNNClassifier, _flynn_cpu, merge_flynn
+from sknn_gpu.fly import FlyNNClassifier, _flynn_cpu, _weights, merge_flynn
 from sknn_gpu.fly._flynn_engine import engine
 
 
@@ -1074,3 +1074,253 @@ def test_encoding_on_dask_equals_in_memory(digits, dask_client):
         lazy.input_high_, ref.input_high_
     )
     assert np.array_equal(lazy.counts_, ref.counts_)
+
+
+# --------------------------------------------------------------------------- #
+# sample and class weights                                                      #
+# --------------------------------------------------------------------------- #
+
+
+def _weighted_reference(clf, X, y, w):
+    """Independent weighted count table: each sample's weight added to its winners one at a
+    time (np.add.at, float64), from the winners of the model's own encoding and hash."""
+    batches = clf._batch_winners(clf._validate_X(_on(clf, X), reset=False))
+    winners = np.concatenate([to_host(b) for _, b in batches])
+    counts = np.zeros((len(clf.classes_), clf.n_components_), dtype=np.float64)
+    rows = np.searchsorted(clf.classes_, y)
+    np.add.at(counts, (np.repeat(rows, winners.shape[1]), winners.ravel()), np.repeat(w, winners.shape[1]))
+    return counts
+
+
+def test_whole_number_weights_equal_repeated_rows(device, rng):
+    """A weight w is the sample repeated w times, bit for bit: int64 counts, the fitted
+    range, the classes and every output (rows of weight 0 are as if absent)."""
+    X, y = _blobs(rng, n=200)
+    w = rng.integers(0, 4, size=len(y))
+    w[np.argmax(X[:, 0])] = 0  # the largest value of feature 0 is weighted out: the range shrinks
+    params = dict(k=16, random_state=5, device=device)
+    weighted = FlyNNClassifier(**params).fit(_on_device(X, device), y, sample_weight=_on_device(w, device))
+    repeated = FlyNNClassifier(**params).fit(np.repeat(X, w, axis=0), np.repeat(y, w))
+    assert weighted.counts_.dtype == np.int64
+    assert np.array_equal(to_host(weighted.counts_), to_host(repeated.counts_))
+    assert np.array_equal(weighted.input_high_, repeated.input_high_)
+    assert weighted.input_high_[0] < X[:, 0].max()
+    assert np.array_equal(to_host(weighted.filters_), to_host(repeated.filters_))
+    assert np.array_equal(to_host(weighted.predict_proba(X)), to_host(repeated.predict_proba(X)))
+
+
+@pytest.mark.parametrize("weights", ["none", "ones", "scalar"])
+def test_unit_weights_keep_the_unweighted_model(device, rng, weights):
+    X, y = _blobs(rng, n=120)
+    ref = FlyNNClassifier(k=16, random_state=1, device=device).fit(X, y)
+    sw = {"none": None, "ones": np.ones(len(y)), "scalar": 1.0}[weights]
+    got = FlyNNClassifier(k=16, random_state=1, device=device).fit(X, y, sample_weight=sw)
+    assert got.counts_.dtype == np.int64
+    assert np.array_equal(to_host(got.counts_), to_host(ref.counts_))
+    assert np.array_equal(to_host(got.filters_), to_host(ref.filters_))
+
+
+def test_fractional_weights_are_exact_in_any_order_and_merge(device, rng):
+    """Weighted counts are sums of multiples of 2**-20: the fit, an independent one-at-a-time
+    sum, partial_fit over batches in another order and a merge of parties agree bit for bit."""
+    X, y = _blobs(rng, n=300)
+    w = rng.random(len(y)) * 3.0
+    params = dict(k=16, random_state=2, device=device, **_fixed_range(X))
+    pooled = FlyNNClassifier(**params).fit(X, y, sample_weight=w)
+    assert pooled.counts_.dtype == np.float64
+    grid = np.rint(w * 2.0**20) / 2.0**20  # the weights as the model rounds them
+    assert np.array_equal(to_host(pooled.counts_), _weighted_reference(pooled, X, y, grid))
+    parts = np.array_split(rng.permutation(len(y)), 3)
+    streamed = FlyNNClassifier(**params)
+    for p in parts[::-1]:
+        streamed.partial_fit(X[p], y[p], classes=np.unique(y), sample_weight=w[p])
+    merged = merge_flynn([FlyNNClassifier(**params).fit(X[p], y[p], sample_weight=w[p]) for p in parts])
+    for model in (streamed, merged):
+        assert np.array_equal(to_host(model.counts_), to_host(pooled.counts_))
+        assert np.array_equal(to_host(model.filters_), to_host(pooled.filters_))
+    # weighted and unweighted batches mix: the unweighted rows weigh 1
+    mixed = FlyNNClassifier(**params).partial_fit(X[:150], y[:150], classes=np.unique(y))
+    mixed.partial_fit(X[150:], y[150:], sample_weight=w[150:])
+    ones = np.concatenate([np.ones(150), w[150:]])
+    assert np.array_equal(to_host(mixed.counts_), to_host(FlyNNClassifier(**params).fit(X, y, ones).counts_))
+
+
+def test_relative_decay_uses_the_weighted_class_mean(rng):
+    """Under decay='relative' a weight shared by all of a class's samples cancels; weights
+    within a class change its filter."""
+    X, y = _blobs(rng, n=200)
+    params = dict(k=16, random_state=4, device="cpu")
+    ref = FlyNNClassifier(**params).fit(X, y)
+    per_class = np.where(y == 0, 4.0, 1.0)
+    assert np.array_equal(FlyNNClassifier(**params).fit(X, y, sample_weight=per_class).filters_, ref.filters_)
+    within = FlyNNClassifier(**params).fit(X, y, sample_weight=rng.random(len(y)) + 0.5)
+    assert not np.array_equal(within.filters_, ref.filters_)
+    exponent = within.counts_ * within.n_components_ / within.counts_.sum(axis=1, keepdims=True)
+    assert np.array_equal(within.filters_, np.power(within.gamma, exponent))
+
+
+def test_sample_weight_rounding_and_errors(rng):
+    X, y = _blobs(rng, n=60)
+    params = dict(k=8, random_state=0, device="cpu")
+    w = rng.random(len(y))
+    w[:5] = 1e-9  # below half the grid step: weight 0, as if absent
+    got = FlyNNClassifier(**params).fit(X, y, sample_weight=w)
+    keep = np.ones(len(y), dtype=bool)
+    keep[:5] = False
+    ref = FlyNNClassifier(**params).fit(X[keep], y[keep], sample_weight=np.rint(w[keep] * 2.0**20) / 2.0**20)
+    assert np.array_equal(got.counts_, ref.counts_)
+    clf = FlyNNClassifier(**params)
+    for bad, match in [
+        (-w, "Negative values"),
+        (np.full(len(y), np.nan), "NaN"),
+        (np.zeros(len(y)), "zero"),
+        (np.full(len(y), 1e-9), "rounds to zero"),
+        (np.ones(len(y) + 1), "shape"),
+        (np.ones((len(y), 2)), "1D"),
+        (np.full(len(y), 2.0**40), "rescale"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            clf.fit(X, y, sample_weight=bad)
+    assert not hasattr(clf, "counts_")
+    # seven copies of one row weigh 7 * 2**30 (+ 3.5) in its cells: below 2**33, exact; the same
+    # again would pass 2**33, where sums of weighted counts may round
+    X[:7], y[:7] = X[0], y[0]
+    heavy = np.where(np.arange(len(y)) < 7, 2.0**30 + 0.5, 1.0)
+    big = FlyNNClassifier(**params).fit(X, y, sample_weight=heavy)
+    peak = big.counts_.max()
+    assert 7 * (2.0**30 + 0.5) <= peak < 2.0**33
+    with pytest.raises(ValueError, match="2\\*\\*33"):
+        big.partial_fit(X, y, sample_weight=heavy)
+    assert big.counts_.max() == peak  # the model is kept as it was
+    with pytest.raises(ValueError, match="rescale"):  # one fit whose class total passes it
+        FlyNNClassifier(**params).fit(X, y, sample_weight=heavy * 2.0 + 0.25)
+
+
+def test_class_only_in_weight_zero_rows_is_not_a_class(rng):
+    X, y = _blobs(rng, n=80, n_classes=3)
+    w = np.where(y == 2, 0.0, 1.0)
+    clf = FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X, y, sample_weight=w)
+    assert clf.classes_.tolist() == [0, 1]
+    assert set(clf.predict(X).tolist()) <= {0, 1}
+    with pytest.raises(ValueError, match="not in classes_"):  # partial_fit checks every label
+        FlyNNClassifier(k=8, device="cpu").partial_fit(X, y, classes=[0, 1], sample_weight=w)
+
+
+def test_class_weight_scales_each_class_exponent(device, rng):
+    """class_weight multiplies a class's exponent of gamma: under decay='count' that is the
+    filter of its counts times the weight (scikit-learn's class_weight on the samples)."""
+    X, y = _blobs(rng, n=200, n_classes=3)
+    params = dict(k=16, random_state=6, device=device, decay="count", gamma=0.9)
+    heavy = FlyNNClassifier(**params, class_weight={1: 2.0, "absent": 5.0}).fit(X, y)
+    by_samples = FlyNNClassifier(**params).fit(X, y, sample_weight=np.where(y == 1, 2.0, 1.0))
+    assert np.array_equal(to_host(heavy.filters_), to_host(by_samples.filters_))
+    assert np.array_equal(to_host(heavy.counts_), to_host(FlyNNClassifier(**params).fit(X, y).counts_))
+    # under relative decay too, a heavier class is less novel (and predicted at least as often)
+    rel = dict(k=16, random_state=6, device=device, gamma=0.5)
+    base = FlyNNClassifier(**rel).fit(X, y)
+    tilted = FlyNNClassifier(**rel, class_weight={0: 3.0}).fit(X, y)
+    nov, nov_tilted = to_host(base.novelty(X)), to_host(tilted.novelty(X))
+    assert np.all(nov_tilted[:, 0] <= nov[:, 0]) and np.any(nov_tilted[:, 0] < nov[:, 0])
+    assert np.array_equal(nov_tilted[:, 1:], nov[:, 1:])
+    assert np.sum(to_host(tilted.predict(X)) == 0) >= np.sum(to_host(base.predict(X)) == 0)
+
+
+def test_balanced_class_weight_reads_the_counts_and_merges_exactly(rng):
+    from sklearn.utils.class_weight import compute_class_weight
+
+    X, y = _blobs(rng, n=300, n_classes=3)
+    y[:200] = 0  # class 0 is two thirds of the data
+    params = dict(k=16, random_state=7, device="cpu", class_weight="balanced", **_fixed_range(X))
+    clf = FlyNNClassifier(**params).fit(X, y)
+    factors = _weights.class_factors("balanced", clf.classes_, clf.counts_)
+    expected = compute_class_weight("balanced", classes=clf.classes_, y=y)
+    np.testing.assert_allclose(factors, expected, rtol=1e-12)
+    exponent = clf._decay_exponent(clf.counts_) * factors[:, None]
+    assert np.array_equal(clf.filters_, np.power(clf.gamma, exponent))
+    parts = np.array_split(rng.permutation(len(y)), 3)
+    merged = merge_flynn([FlyNNClassifier(**params).fit(X[p], y[p]) for p in parts])
+    assert np.array_equal(merged.filters_, clf.filters_)
+    # equal classes: every factor is exactly 1
+    even = np.repeat(np.arange(3), 40)
+    assert np.array_equal(
+        FlyNNClassifier(**params).fit(X[:120], even).filters_,
+        FlyNNClassifier(**{**params, "class_weight": None}).fit(X[:120], even).filters_,
+    )
+
+
+def test_class_weight_is_checked_and_part_of_the_model(rng):
+    X, y = _blobs(rng, n=60)
+    for bad in ({0: -1.0}, {0: np.inf}, {0: "heavy"}, {0: True}):
+        with pytest.raises(ValueError, match="class_weight"):
+            FlyNNClassifier(class_weight=bad, device="cpu").fit(X, y)
+    with pytest.raises(ValueError, match="class_weight"):
+        FlyNNClassifier(class_weight="even", device="cpu").fit(X, y)
+    clf = FlyNNClassifier(k=8, class_weight={0: 2.0}, device="cpu").fit(X, y)
+    clf.class_weight[0] = 3.0  # edited in place after fit: the filters were made with 2.0
+    with pytest.raises(ValueError, match="class_weight was"):
+        clf.predict(X)
+
+
+def test_weighted_model_exports_pickles_and_privatizes(rng, tmp_path):
+    from sknn_gpu.fly._privacy import _seeded_noise_for_tests
+
+    X, y = _blobs(rng, n=120)
+    clf = FlyNNClassifier(
+        k=8, random_state=3, device="cpu", input_range=(-20, 20), class_weight={1: 1.5}
+    ).fit(X, y, sample_weight=rng.random(len(y)))
+    path = tmp_path / "weighted.npz"
+    clf.export_counts(path)
+    back = FlyNNClassifier.from_counts(path)
+    assert back.class_weight == {1: 1.5}
+    assert back.counts_.dtype == np.float64 and np.array_equal(back.counts_, clf.counts_)
+    assert np.array_equal(back.filters_, clf.filters_)
+    again = pickle.loads(pickle.dumps(clf))
+    assert again.counts_.dtype == np.float64 and np.array_equal(again.filters_, clf.filters_)
+    with _seeded_noise_for_tests(0):
+        private = clf.privatize(1.0, 8)
+    with pytest.raises(ValueError, match="already a private release"):
+        private.privatize(1.0, 8)
+
+
+def test_sample_weight_on_dask_equals_in_memory(digits, dask_client):
+    """Weighted counts per block, summed in a tree, are the in-memory ones bit for bit; rows of
+    weight 0 set no class and no fitted range there either."""
+    da = pytest.importorskip("dask.array")
+    X_train, _, y_train, _ = digits
+    rng = np.random.default_rng(11)
+    w = rng.random(len(y_train)) * (rng.random(len(y_train)) > 0.2)
+    w[y_train == 9] = 0.0
+    params = dict(k=32, random_state=3, device="cpu")
+    ref = FlyNNClassifier(**params).fit(X_train, y_train, sample_weight=w)
+    dX = da.from_array(X_train, chunks=(300, -1))
+    dy, dw = da.from_array(y_train, chunks=300), da.from_array(w, chunks=300)
+    lazy = FlyNNClassifier(**params).fit(dX, dy, sample_weight=dw)
+    assert lazy.classes_.tolist() == list(range(9))
+    assert np.array_equal(lazy.input_low_, ref.input_low_)
+    assert np.array_equal(lazy.input_high_, ref.input_high_)
+    assert np.array_equal(lazy.counts_, ref.counts_)
+
+
+@pytest.mark.cuda
+def test_weighted_fit_on_gpu_equals_cpu_bit_for_bit(rng):
+    """CuPy's atomic float64 adds give the CPU's weighted counts (every partial sum is exact),
+    from CuPy, cupyx sparse and NumPy input, with rows of weight 0 left out on the device."""
+    import cupy as cp
+    import cupyx.scipy.sparse as csp
+
+    X, y = _blobs(rng, n=400)
+    X[X < 0] = 0.0  # sparse enough to be worth a CSR
+    w = rng.random(len(y)) * 2.0
+    w[::7] = 0.0
+    params = dict(k=16, random_state=9, class_weight="balanced")
+    cpu = FlyNNClassifier(**params, device="cpu").fit(X, y, sample_weight=w)
+    for Xg in (cp.asarray(X), csp.csr_matrix(cp.asarray(X)), X):
+        gpu = FlyNNClassifier(**params, device="cuda").fit(Xg, y, sample_weight=cp.asarray(w))
+        assert gpu.counts_.dtype == np.float64
+        assert np.array_equal(cp.asnumpy(gpu.counts_), cpu.counts_)
+        assert np.array_equal(cp.asnumpy(gpu.filters_), cpu.filters_)
+        assert np.array_equal(cp.asnumpy(gpu.predict(cp.asarray(X))), cpu.predict(X))
+    whole = rng.integers(0, 3, size=len(y))
+    gpu = FlyNNClassifier(**params, device="cuda").fit(cp.asarray(X), y, sample_weight=whole)
+    cpu = FlyNNClassifier(**params, device="cpu").fit(X, y, sample_weight=whole)
+    assert gpu.counts_.dtype == np.int64 and np.array_equal(cp.asnumpy(gpu.counts_), cpu.counts_)

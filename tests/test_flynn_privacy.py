@@ -478,7 +478,7 @@ def _array_edit(name, value):
         (_param("random_state", None), "random_state must be an integer"),
         (_array_edit("counts", lambda c: c[:, :-1]), "counts must be"),
         (_array_edit("counts", lambda c: -c), "counts must be >= 0"),
-        (_array_edit("counts", lambda c: c.astype(np.float64)), "counts must be"),
+        (_array_edit("counts", lambda c: c.astype(np.float64) + 0.1), "counts must be"),  # off the grid
         (_array_edit("classes", lambda c: c[::-1]), "sorted and distinct"),
         (_array_edit("input_low", lambda c: c[:-1]), "input_low must be"),
         (_array_edit("dp_released", np.zeros((4, 2), dtype=np.int64)), "dp_released without"),

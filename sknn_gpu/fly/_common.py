@@ -159,12 +159,15 @@ def check_dask_X(est, X, what, reset, rows=True):
 # Parameters a fitted model depends on                                          #
 # --------------------------------------------------------------------------- #
 def _kept(value):
-    """``value`` as recorded at fit: arrays and the containers holding them copied (a user
-    may edit them in place later), anything else (a ``RandomState``, say) as it is."""
+    """``value`` as recorded at fit: arrays and the containers holding them (lists, tuples,
+    dicts) copied (a user may edit them in place later), anything else (a ``RandomState``,
+    say) as it is."""
     if isinstance(value, np.ndarray):
         return value.copy()
     if isinstance(value, (list, tuple)):
         return type(value)(_kept(v) for v in value)
+    if isinstance(value, dict):  # class_weight
+        return {k: _kept(v) for k, v in value.items()}
     return value
 
 

@@ -29,6 +29,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import SMALL_WORK_BYTES, check_memory, is_device_array, to_device, to_host
 from .._version import __version__
+from ._weights import WEIGHT_BITS, on_grid
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "export_counts", "from_counts", "projection_digest"]
 
@@ -62,7 +63,10 @@ def projection_digest(hasher):
 
 
 def _json_value(name, value):
-    """A parameter value as JSON (NumPy scalars and arrays as numbers and lists)."""
+    """A parameter value as JSON (NumPy scalars and arrays as numbers and lists; a dict, such
+    as ``class_weight``, as a list of ``[key, value]`` pairs: JSON keys are strings only)."""
+    if isinstance(value, dict):
+        return [[_json_value(name, k), _json_value(name, v)] for k, v in value.items()]
     if is_device_array(value):
         value = to_host(value)
     if isinstance(value, np.ndarray):
@@ -229,6 +233,7 @@ def _metadata(arrays):
 def _params(cls, meta, device):
     """The unfitted estimator of the file's parameters, checked (names and values)."""
     params = dict(meta["params"])
+    params.setdefault("class_weight", None)  # files written before the parameter existed
     expected = set(cls().get_params(deep=False))
     missing, unknown = sorted(expected - set(params)), sorted(set(params) - expected)
     if missing or unknown:
@@ -243,6 +248,11 @@ def _params(cls, meta, device):
         params["input_range"] = tuple(
             np.asarray(v, dtype=np.float64) if isinstance(v, list) else v for v in given
         )
+    pairs = params["class_weight"]
+    if isinstance(pairs, list):  # a dict, written as [label, weight] pairs
+        if not all(isinstance(p, list) and len(p) == 2 and not isinstance(p[0], list) for p in pairs):
+            raise _bad(f"class_weight must be None, 'balanced' or [label, weight] pairs, got {pairs!r}.")
+        params["class_weight"] = {label: weight for label, weight in pairs}
     if device is not None:
         params["device"] = device
     if not _is_int(params["random_state"]):
@@ -252,6 +262,7 @@ def _params(cls, meta, device):
         )
     est = cls(**params)
     est._validate_params()  # InvalidParameterError (a ValueError) for a value out of range
+    est._cross_check_params()  # what the constraints cannot say (class weights >= 0, ...)
     return est
 
 
@@ -264,7 +275,7 @@ def _array(arrays, name, kinds, ndim, shape=None):
 
 
 def _counts(arrays, n_classes, m, private):
-    counts = _array(arrays, "counts", "if" if private else "i", 2, (n_classes, m))
+    counts = _array(arrays, "counts", "if", 2, (n_classes, m))
     if counts.dtype.kind == "i":
         counts = counts.astype(np.int64)
         if (counts < 0).any():
@@ -272,7 +283,12 @@ def _counts(arrays, n_classes, m, private):
         return counts
     counts = counts.astype(np.float64)
     if not (np.isfinite(counts).all() and (counts >= 0).all()):
-        raise _bad("float counts (a private release) must be finite and >= 0.")
+        raise _bad("float counts (a private release, or a fit with sample weights) must be finite and >= 0.")
+    if not private and not on_grid(counts):
+        raise _bad(
+            "float counts must be a private release (with dp_accounting) or the weighted counts of "
+            f"a fit with sample weights: multiples of 2**-{WEIGHT_BITS} below 2**{53 - WEIGHT_BITS}."
+        )
     return counts
 
 

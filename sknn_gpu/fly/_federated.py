@@ -30,6 +30,7 @@ from ._common import HASH_PARAMS, check_fitted_params, label_kind
 from ._encoding import column_range, wider_range
 from ._flynn import FlyNNClassifier
 from ._privacy import check_budget, merged_accounting
+from ._weights import check_exact, on_grid
 
 __all__ = ["merge_flynn", "fit_federated"]
 
@@ -185,8 +186,9 @@ def _combine(template, parts, names, input_range=(None, None)):
     clf.n_features_in_ = n_features
     clf._set_input_range(*input_range)
     clf._init_model(n_features, caller="merge")
-    privatized = any(np.asarray(cnt).dtype.kind == "f" for _, cnt, _ in parts)
-    total = np.zeros((len(classes), clf.n_components_), dtype=np.float64 if privatized else np.int64)
+    # float counts: a private release's, or a weighted fit's (exact: their sums too)
+    floats = any(np.asarray(cnt).dtype.kind == "f" for _, cnt, _ in parts)
+    total = np.zeros((len(classes), clf.n_components_), dtype=np.float64 if floats else np.int64)
     for name, (cls, cnt, _) in zip(names, parts, strict=True):
         cnt = np.asarray(cnt)
         if cnt.shape[1] != clf.n_components_:
@@ -196,6 +198,8 @@ def _combine(template, parts, names, input_range=(None, None)):
             )
         rows = np.searchsorted(classes, np.asarray(cls))
         total[rows] += cnt
+    if all(on_grid(cnt) for _, cnt, _ in parts):  # exact (weighted) counts: their sum must be exact
+        check_exact(total, "Cannot merge FlyNN models")
     clf._set_counts(to_device(total, clf.device_))
     return clf
 
@@ -220,8 +224,10 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
     -------
     merged : FlyNNClassifier
         A fitted classifier whose ``counts_`` are the sum of the parties' counts:
-        bit-identical to fitting on the pooled data. ``gamma`` and ``batch_size``
-        come from the first model. Merging privatised models (see
+        bit-identical to fitting on the pooled data (with ``sample_weight`` too: the
+        weighted counts are sums of multiples of ``2**-20``, exact in any order).
+        ``gamma``, ``decay``, ``class_weight`` and ``batch_size`` come from the first
+        model. Merging privatised models (see
         :meth:`FlyNNClassifier.privatize`) sums their released float counts; when
         every model is private, the merge has ``dp_epsilon_`` (the largest of the
         parties': each sample is in one party's release) and ``dp_accounting_``.

@@ -33,7 +33,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from .._backend import to_device, to_host
 from .._dask import is_dask_collection, row_blocks, tree_reduce
 from .._progress import Progress
-from . import _encoding
+from . import _encoding, _weights
 from ._common import check_dask_X, host_labels, label_kind
 
 __all__ = ["fit", "column_range", "aligned", "classes", "counts", "score"]
@@ -42,20 +42,47 @@ __all__ = ["fit", "column_range", "aligned", "classes", "counts", "score"]
 # ----------------------------------------------------------------------------------
 # The fitted input range: (min, max) per block, combined
 # ----------------------------------------------------------------------------------
-def _block_range(shell, X):
-    """Runs on a worker: the checked block's (min, max) per feature (None when it is empty)."""
-    return None if X.shape[0] == 0 else _encoding.column_range(shell._validate_X(X, reset=False))
+def _block_weights(w, n):
+    """A block's sample weights checked and rounded as in memory (a block may be all zeros)."""
+    return _weights.check_sample_weight(w, n, allow_all_zero=True)
 
 
-def column_range(est, X):
+def _block_range(shell, X, w=None):
+    """Runs on a worker: the checked block's (min, max) per feature over its rows of non-zero
+    weight (None when there are none)."""
+    if X.shape[0] == 0:
+        return None
+    Xv = shell._validate_X(X, reset=False)
+    if w is not None:
+        rows = _weights.nonzero_rows(_block_weights(w, Xv.shape[0]))
+        if rows is not None:
+            if rows.size == 0:
+                return None
+            Xv = _weights.take_rows(Xv, rows)
+    return _encoding.column_range(Xv)
+
+
+def _all_zero():
+    return ValueError("Sample weights must contain at least one non-zero number.")
+
+
+def column_range(est, X, w=None):
     """Per-feature (min, max) of the Dask ``X`` (one column block) as host float64 arrays:
     each row block is checked as in memory by a copy of ``est`` (which knows
-    ``n_features_in_``) and sends one small pair; the pairs are combined in a tree."""
+    ``n_features_in_``) and sends one small pair; the pairs are combined in a tree. With
+    ``w`` (aligned sample weights) over the rows of non-zero weight only."""
     import dask
 
     shared = dask.delayed(_shell(est), traverse=False)
-    parts = [dask.delayed(_block_range)(shared, b) for b in X.to_delayed().ravel()]
-    return dask.compute(tree_reduce(parts, _encoding.wider_range))[0]
+    if w is None:
+        parts = [dask.delayed(_block_range)(shared, b) for b in X.to_delayed().ravel()]
+    else:
+        blocks = zip(X.to_delayed().ravel(), w.to_delayed().ravel(), strict=True)
+        parts = [dask.delayed(_block_range)(shared, b, wb) for b, wb in blocks]
+    found = dask.compute(tree_reduce(parts, _encoding.wider_range))[0]
+    if found is None:
+        raise _all_zero()
+    return found
 
 
 def aligned(v, X, name="y"):
@@ -95,8 +122,12 @@ def _shell(est):
 # ----------------------------------------------------------------------------------
 # Classes: the labels of each block, united
 # ----------------------------------------------------------------------------------
-def _block_classes(y):
-    return np.unique(host_labels(y))
+def _block_classes(y, w=None):
+    labels = host_labels(y)
+    if w is not None:
+        weights = _block_weights(w, labels.shape[0])
+        labels = labels[weights > 0]
+    return np.unique(labels)
 
 
 def _union(*parts):
@@ -111,49 +142,77 @@ def _union(*parts):
     return np.unique(np.concatenate(parts))
 
 
-def classes(X, y):
-    """Sorted class labels of the Dask labels ``y`` (aligned with ``X``): one small set per block."""
+def classes(X, y, w=None):
+    """Sorted class labels of the Dask labels ``y`` (aligned with ``X``): one small set per block
+    (with ``w``, the labels of the rows of non-zero weight)."""
     import dask
 
-    parts = [dask.delayed(_block_classes)(yb) for _, yb in row_blocks(X, y)]
+    if w is None:
+        parts = [dask.delayed(_block_classes)(yb) for _, yb in row_blocks(X, y)]
+    else:
+        parts = [dask.delayed(_block_classes)(yb, wb) for _, yb, wb in row_blocks(X, y, w)]
     return dask.compute(tree_reduce(parts, _union))[0]
 
 
 # ----------------------------------------------------------------------------------
 # Counting: a count table per block, summed
 # ----------------------------------------------------------------------------------
-def _block_counts(shell, what, X, y):
-    """Host int64 counts (n_classes, m) of one block, checked and counted as in memory."""
+def _block_counts(shell, what, X, y, w=None):
+    """``(counts, rows)`` of one block, checked and counted as in memory: host counts
+    (n_classes, m), int64. With ``w``, ``(counts, rows, total weight)``, the counts float64
+    for weights that are not whole numbers."""
     Xv = shell._validate_X(X, reset=False)
-    y_idx = shell._encode_y(host_labels(y), Xv.shape[0])
-    shell._check_size("partial_fit", Xv.shape[0], caller=what)
-    return to_host(shell._count(Xv, y_idx)), int(Xv.shape[0])
+    labels = host_labels(y)
+    n = int(Xv.shape[0])
+    if w is None or what != "fit":  # fit's classes are those of the rows of non-zero weight
+        y_idx = shell._encode_y(labels, n)
+    shell._check_size("partial_fit", n, caller=what)
+    if w is None:
+        return to_host(shell._count(Xv, y_idx)), n
+    weights = _block_weights(w, n)
+    rows = _weights.nonzero_rows(weights)
+    if rows is not None:
+        if rows.size == 0:
+            return np.zeros((len(shell.classes_), shell.n_components_), dtype=np.int64), n, 0.0
+        Xv, labels, weights = _weights.take_rows(Xv, rows), labels[rows], weights[rows]
+    y_idx = shell._encode_y(labels, labels.shape[0])
+    _weights.check_totals(weights, y_idx, len(shell.classes_), what)
+    return to_host(shell._count(Xv, y_idx, weights=weights)), n, float(weights.sum())
 
 
 def _add(*parts):
-    total = parts[0][0].copy()  # never write into a task's input
-    for c, _ in parts[1:]:
-        total += c
-    return total, sum(n for _, n in parts)
+    total = parts[0][0]
+    for p in parts[1:]:
+        total = total + p[0]  # a new array (never a task's input); int64 + float64 is float64
+    return (total, *(sum(p[i] for p in parts) for i in range(1, len(parts[0]))))
 
 
-def counts(est, X, y, what="fit"):
+def counts(est, X, y, what="fit", w=None):
     """Counts of the Dask ``X``/``y`` under the fitted hash of ``est``: ``(table, n_rows, n_blocks)``.
 
-    ``table`` is on ``est.device_``; ``y`` is already :func:`aligned`; ``what`` names the
-    public method in a block's errors. Only the table and a row count reach the client.
+    ``table`` is on ``est.device_``; ``y`` (and the sample weights ``w``) are already
+    :func:`aligned`; ``what`` names the public method in a block's errors. Only the table,
+    a row count and a total weight reach the client. Weighted counts are sums of
+    multiples of ``2**-20`` (:mod:`._weights`): exact in any order, as integer counts are.
     """
     import dask
 
     shared = dask.delayed(_shell(est), traverse=False)  # one graph key: shipped once per worker
-    parts = [dask.delayed(_block_counts)(shared, what, xb, yb) for xb, yb in row_blocks(X, y)]
-    total, n = dask.compute(tree_reduce(parts, _add))[0]
+    if w is None:
+        parts = [dask.delayed(_block_counts)(shared, what, xb, yb) for xb, yb in row_blocks(X, y)]
+    else:
+        parts = [dask.delayed(_block_counts)(shared, what, xb, yb, wb) for xb, yb, wb in row_blocks(X, y, w)]
+    total, n, *weight = dask.compute(tree_reduce(parts, _add))[0]
+    if weight and weight[0] == 0:
+        raise _all_zero()
+    _weights.check_exact(total, what)
     return to_device(total, est.device_), n, len(parts)
 
 
-def fit(est, X, y, what, first):
+def fit(est, X, y, what, first, sample_weight=None):
     """``fit``/``partial_fit`` (``what``) of ``est`` on Dask ``X``: counts per block on the
-    workers, summed in a tree; returns ``est``.
+    workers, summed in a tree; returns ``est``. ``sample_weight`` (Dask or in memory) as in
+    memory: rows of weight 0 set no class and no fitted range.
 
     The client checks the metadata, gathers the class labels (``fit``) and draws
     the projection; each worker validates and counts its blocks with the
@@ -162,20 +221,25 @@ def fit(est, X, y, what, first):
     """
     d = check_dask_X(est, X, what, reset=first)
     y = aligned(y, X)
+    w = None if sample_weight is None else aligned(sample_weight, X, "sample_weight")
     try:
         if what == "fit":
-            labels = classes(X, y)
+            labels = classes(X, y, w)
+            if labels.size == 0:
+                raise _all_zero()
             check_classification_targets(labels)
             est.classes_ = labels
         if first:
             low = high = None
             if getattr(est, "encoding", None) is not None and isinstance(est.input_range, str):
-                low, high = column_range(est, X)  # one reduction over the blocks
+                low, high = column_range(est, X, w)  # one reduction over the blocks
             est._set_input_range(low, high)
             est._init_model(d, 0, caller=what)
         bar = Progress(est, f"{type(est).__name__}.{what} (dask)", verbose=est.verbose, unit="blocks")
-        total, n, bar.n = counts(est, X, y, what)
-        est._set_counts(total if first else est.counts_ + total)
+        total, n, bar.n = counts(est, X, y, what, w)
+        if not first:
+            total = _weights.check_exact(est.counts_ + total, what)
+        est._set_counts(total)
         bar.close(samples=n, classes=len(est.classes_))
     except BaseException:
         if first:

@@ -12,12 +12,15 @@ KDD 2021; Ram & Sinha, AAAI 2022).
 
 Because the model is a table of integer counts, training is a sum: the counts of
 several parties that share the projection add up to the counts of the pooled data
-(:func:`sknn_gpu.fly.merge_flynn`), and CPU and GPU give bit-identical counts.
+(:func:`sknn_gpu.fly.merge_flynn`), and CPU and GPU give bit-identical counts. Sample
+weights keep that: they are rounded to a fixed-point grid, so the weighted counts are
+exact sums too (:mod:`._weights`).
 
-Size: this module stays whole (a little over 800 lines): it is the one estimator
-class, whose public methods and their docstrings are most of it; what they call lives
-in modules of its own (the engines, ``_flynn_batches``, ``_flynn_size``, the private
-release in ``_privacy`` and the exchange format in ``_counts_io``).
+Size: this module stays whole (about 1,000 lines): it is the one estimator class,
+whose public methods and their docstrings are most of it; what they call lives in
+modules of its own (the engines, ``_flynn_batches``, ``_flynn_size``, the weights in
+``_weights``, the private release in ``_privacy`` and the exchange format in
+``_counts_io``).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin, reject_time_dtypes, validates_params
-from . import _common, _counts_io, _fly_dask, _flynn_batches
+from . import _common, _counts_io, _fly_dask, _flynn_batches, _weights
 from ._common import (
     HASH_PARAMS,
     check_fitted_params,
@@ -71,7 +74,16 @@ MAX_DEFAULT_CONNECTIONS = 16
 #: The parameters a fitted model depends on (its projection, the encoding's range, the
 #: filters): changing one after ``fit`` is refused until the next ``fit``. The others
 #: (``precision``, ``batch_size``, ``verbose``, ``output_type``) are read at every call.
-MODEL_PARAMS = (*HASH_PARAMS, "random_state", "encoding", "input_range", "normalize", "gamma", "decay")
+MODEL_PARAMS = (
+    *HASH_PARAMS,
+    "random_state",
+    "encoding",
+    "input_range",
+    "normalize",
+    "gamma",
+    "decay",
+    "class_weight",
+)
 
 
 def _per_class(est, X=None):
@@ -170,6 +182,21 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         as often as the class's average cell weighs ``gamma``, whatever the size of
         the training set (and of each party's share of it: the counts still add
         up, so federated merges stay exact).
+    class_weight : dict, 'balanced' or None, default=None
+        Weights of the classes, applied to their filters: each class's exponent of
+        ``gamma`` is multiplied by its weight, so a heavier class's filter decays
+        faster, the class looks less novel and is predicted more often. Under
+        ``decay='count'`` this is the filter of the class's counts times its weight,
+        as scikit-learn's ``class_weight`` multiplies the weights of the class's
+        samples; under ``decay='relative'``, where a factor shared by all of a class's
+        counts cancels (each count is divided by the class's mean), it still acts. A
+        dict maps labels to weights (finite, ``>= 0``; 1 for a class it does not name,
+        labels that are not classes are ignored). ``'balanced'``: ``W / (n * W_l)``,
+        ``W_l`` the total sample weight of class ``l`` (its number of samples without
+        ``sample_weight``), ``W`` their sum and ``n`` the number of classes with a
+        weight, read from the counts: a stream of :meth:`partial_fit` calls or a merge
+        of parties is balanced over all the data it holds. The counts never carry
+        class weights, so merges stay exact whatever they are.
     normalize : bool or 'auto', default='auto'
         Centre each row the hash reads (subtract its mean) and scale it to unit L2
         norm, in float64, before hashing (the fly model's mean-centred odour
@@ -209,9 +236,12 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Class labels, sorted.
     counts_ : array of shape (n_classes, m), int64
         ``z_l[i]``: number of class-``l`` training codes with cell ``i`` among their
-        winners (float64 after :meth:`privatize`). NumPy or CuPy (on ``device_``).
+        winners; with ``sample_weight``, the sum of their samples' weights (float64
+        unless every weight is a whole number). Float64 after :meth:`privatize`. NumPy
+        or CuPy (on ``device_``).
     filters_ : array of shape (n_classes, m), float64
-        The Fly Bloom filters ``gamma ** counts_``.
+        The Fly Bloom filters ``gamma ** counts_`` (see ``decay`` and ``class_weight``);
+        derived from the counts, and rebuilt from them when a pickle is loaded.
     hasher_ : FlyHashTransformer
         The fitted hash (shared projection).
     n_components_ : int
@@ -250,6 +280,17 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     float64 in the same order on both devices, so predictions are identical too.
     Ties in novelty go to the lowest class index.
 
+    Sample weights (``fit``, ``partial_fit``) are rounded to multiples of ``2**-20``,
+    and a sample adds its weight to the counts of its winning cells. Every weighted
+    count is then a multiple of ``2**-20``, which float64 holds exactly below
+    ``2**33``: its partial sums are exact, in any order, so the GPU's atomic adds, a
+    Dask tree and a federated merge (:func:`~sknn_gpu.fly.merge_flynn`) all give the
+    bits of one fit on the pooled data (a class whose total weight reaches ``2**33``
+    is refused; rescale the weights). Whole-number weights keep int64 counts, those of
+    the samples repeated. Under ``decay='relative'`` the mean count of a class is its
+    weighted mean, so a weight shared by every sample of a class cancels: sample
+    weights shift the filter within a class, ``class_weight`` weighs the classes.
+
     The fitted model is made with the hashing parameters (``n_components``,
     ``expansion_factor``, ``n_connections``, ``connection_sparsity``, ``k``),
     ``random_state``, ``encoding``, ``input_range``, ``normalize``, ``gamma`` and
@@ -286,6 +327,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         "input_range": [StrOptions({"fit"}), tuple, list],
         "gamma": [Interval(Real, 0.0, 1.0, closed="left")],
         "decay": [StrOptions({"relative", "count"})],
+        "class_weight": [dict, StrOptions({"balanced"}), None],
         "normalize": ["boolean", StrOptions({"auto"})],
         "batch_size": [Interval(Integral, 1, None, closed="left")],
         "random_state": ["random_state"],
@@ -307,6 +349,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         input_range="fit",
         gamma=0.03,
         decay="relative",
+        class_weight=None,
         normalize="auto",
         batch_size=8192,
         random_state=None,
@@ -324,6 +367,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.input_range = input_range
         self.gamma = gamma
         self.decay = decay
+        self.class_weight = class_weight
         self.normalize = normalize
         self.batch_size = batch_size
         self.random_state = random_state
@@ -382,6 +426,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         at every public method): no bool for a number, and ``precision='integer'`` reads the
         raw features only."""
         refuse_bools(self, (*HASH_PARAMS, "batch_size", "gamma"))
+        _weights.check_class_weight(self.class_weight, type(self).__name__)
         if self.precision == "integer" and (self._normalizes() or self.encoding is not None):
             raise ValueError(
                 "precision='integer' needs encoding=None and normalize=False: an encoding maps the "
@@ -464,8 +509,14 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self._install_filters(filters)
 
     def _filters_of(self, counts):
-        """The Fly Bloom filters (host float64) of the count table ``counts``."""
-        return np.power(np.float64(self.gamma), self._decay_exponent(to_host(counts)))
+        """The Fly Bloom filters (host float64) of the count table ``counts``: ``gamma`` to
+        the decay's exponent, times each class's ``class_weight`` factor when there is one."""
+        counts = to_host(counts)
+        exponent = self._decay_exponent(counts)
+        factors = _weights.class_factors(getattr(self, "class_weight", None), self.classes_, counts)
+        if factors is not None:
+            exponent = exponent * factors[:, None]
+        return np.power(np.float64(self.gamma), exponent)
 
     def _install_filters(self, filters):
         """Set ``filters_`` (on ``device_``) and ``_filters_t``, the transposed filters
@@ -542,10 +593,22 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         (:func:`._flynn_batches.batch_winners`)."""
         return _flynn_batches.batch_winners(self, X, bar)
 
-    def _count(self, X, y_idx, bar=None):
-        """Counts (n_classes, m) of the winners of ``X`` per class, a new array on ``device_``
-        (:func:`._flynn_batches.count`)."""
-        return _flynn_batches.count(self, X, y_idx, bar)
+    def _count(self, X, y_idx, bar=None, weights=None):
+        """Counts (n_classes, m) of the winners of ``X`` per class (each weighted by its row's
+        ``weights`` when given), a new array on ``device_`` (:func:`._flynn_batches.count`)."""
+        return _flynn_batches.count(self, X, y_idx, bar, weights)
+
+    def _weighted_rows(self, X, y, sample_weight):
+        """``(X, y, weights)`` with the rows of weight 0 left out (a sample of weight 0 is as
+        if absent: it sets no class, no fitted range, no count); ``weights`` host float64 on
+        the fixed-point grid of :mod:`._weights`, or None without ``sample_weight``."""
+        if sample_weight is None:
+            return X, y, None
+        weights = _weights.check_sample_weight(sample_weight, X.shape[0])
+        rows = _weights.nonzero_rows(weights)
+        if rows is not None:
+            X, y, weights = _weights.take_rows(X, rows), y[rows], weights[rows]
+        return X, y, weights
 
     # ------------------------------------------------------------------ #
     # fit / partial_fit                                                    #
@@ -554,7 +617,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_model
-    def fit(self, X: ArrayLike, y: ArrayLike) -> FlyNNClassifier:
+    def fit(self, X: ArrayLike, y: ArrayLike, sample_weight: ArrayLike | None = None) -> FlyNNClassifier:
         """Count the FlyHash winners of every training sample per class.
 
         Parameters
@@ -566,6 +629,14 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             only count tables reach the client (the same model bit for bit).
         y : array-like of shape (n_samples,)
             Class labels (a Dask array, or in memory, with Dask ``X``).
+        sample_weight : array-like of shape (n_samples,) or float, default=None
+            What each sample adds to the counts of its winning cells instead of 1:
+            finite and ``>= 0``, rounded to multiples of ``2**-20``. A whole-number
+            weight ``w`` gives the model of the sample repeated ``w`` times (int64
+            counts, bit for bit); other weights give float64 counts, exact and
+            order-free (see the class's Notes). A sample of weight 0 is as if absent
+            (it sets no class, no fitted ``input_range``). NumPy, CuPy, or Dask with
+            Dask ``X``.
 
         Returns
         -------
@@ -575,7 +646,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """
         self._forget()
         if is_dask_collection(X):
-            return _fly_dask.fit(self, X, y, "fit", first=True)
+            return _fly_dask.fit(self, X, y, "fit", first=True, sample_weight=sample_weight)
         X = self._validate_X(X, reset=True)
         y_host = host_labels(y)
         check_classification_targets(y_host)
@@ -583,18 +654,28 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             raise ValueError(
                 f"X and y have inconsistent numbers of samples: {X.shape[0]} != {y_host.shape[0]}."
             )
+        X, y_host, weights = self._weighted_rows(X, y_host, sample_weight)
         self.classes_ = np.unique(y_host)
+        y_idx = self._encode_y(y_host, X.shape[0])
+        if weights is not None:
+            _weights.check_totals(weights, y_idx, len(self.classes_), "fit")
         self._set_input_range(X=X)
         self._init_model(X.shape[1], X.shape[0])
         bar = self._progress("fit", X.shape[0])
-        self._set_counts(self._count(X, self._encode_y(y_host, X.shape[0]), bar))
+        self._set_counts(self._count(X, y_idx, bar, weights))
         bar.close(samples=X.shape[0], classes=len(self.classes_))
         return self
 
     @validates_params
     @_fit_context(prefer_skip_nested_validation=True)
     @keeps_model
-    def partial_fit(self, X: ArrayLike, y: ArrayLike, classes: ArrayLike | None = None) -> FlyNNClassifier:
+    def partial_fit(
+        self,
+        X: ArrayLike,
+        y: ArrayLike,
+        classes: ArrayLike | None = None,
+        sample_weight: ArrayLike | None = None,
+    ) -> FlyNNClassifier:
         """Add a batch of samples to the counts (streaming; fit = partial_fit over batches).
 
         Parameters
@@ -605,6 +686,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             Its labels; every label must be in ``classes``.
         classes : array-like of shape (n_classes,), default=None
             All class labels; required on the first call, ignored (but checked) later.
+        sample_weight : array-like of shape (n_samples,) or float, default=None
+            The batch's sample weights, as in :meth:`fit` (weighted and unweighted
+            batches mix: the sum is the model of one fit with all the weights, ones for
+            the unweighted rows).
 
         Returns
         -------
@@ -628,22 +713,28 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             check_classification_targets(classes)
         _check_partial_fit_first_call(self, classes)
         if is_dask_collection(X):
-            return _fly_dask.fit(self, X, y, "partial_fit", first=first)
+            return _fly_dask.fit(self, X, y, "partial_fit", first=first, sample_weight=sample_weight)
         X = self._validate_X(X, reset=first)
         y_host = host_labels(y)
         check_classification_targets(y_host)
+        self._encode_y(y_host, X.shape[0])  # every label checked, weighted 0 or not
+        X, y_host, weights = self._weighted_rows(X, y_host, sample_weight)
         y_idx = self._encode_y(y_host, X.shape[0])
+        if weights is not None:
+            _weights.check_totals(weights, y_idx, len(self.classes_), "partial_fit")
         bar = None
         if not first:  # the model changes only once the new counts are complete
             self._check_size("partial_fit", X.shape[0])
             bar = self._progress("partial_fit", X.shape[0])
-            self._set_counts(self.counts_ + self._count(X, y_idx, bar))
+            total = self.counts_ + self._count(X, y_idx, bar, weights)
+            _weights.check_exact(total, "partial_fit")
+            self._set_counts(total)
             bar.close(samples=X.shape[0])
             return self
         self._set_input_range(X=X)
         self._init_model(X.shape[1], X.shape[0], caller="partial_fit")
         bar = self._progress("partial_fit", X.shape[0])
-        self._set_counts(self._count(X, y_idx, bar))
+        self._set_counts(self._count(X, y_idx, bar, weights))
         bar.close(samples=X.shape[0])
         return self
 
@@ -833,7 +924,11 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         then ``epsilon / (2 n_released)``-DP and each noisy value likewise, so one
         class's release is ``epsilon``-DP by sequential composition, and the whole
         release is ``epsilon``-DP by parallel composition over classes (``2 epsilon``
-        if neighbouring data sets may replace a sample, changing two classes). This
+        if neighbouring data sets may replace a sample, changing two classes). A model
+        fitted with ``sample_weight``: one sample moves its class's counts by its
+        weight, so the guarantee holds as stated for weights of at most 1, a sample of
+        weight ``w > 1`` is protected at ``w * epsilon``, and weights computed from the
+        data (class frequencies, say) are outside the analysis. This
         holds only when the encoding of a sample does not depend on the other
         samples: a model whose ``input_range`` was fitted from the data (``'fit'``,
         the default, with an ``encoding``) is refused. Public by assumption, and

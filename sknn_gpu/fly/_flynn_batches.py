@@ -4,7 +4,7 @@
 makes a sparse batch dense where an encoding or the normalisation needs it, encodes it
 over the fitted input range (:func:`encode_batch`, :func:`range_arrays`), centres and
 scales the rows (``normalize``) and hashes them with the fitted FlyHash;
-:func:`count` sums the winners per class. They read the estimator's parameters and
+:func:`count` sums the winners per class (or their samples' weights). They read the estimator's parameters and
 fitted state (``est``) and change nothing but its cache of device arrays.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import array_module, is_cupy_sparse, synchronize, to_device
-from . import _encoding, _flynn_cuda
+from . import _encoding, _flynn_cuda, _weights
 from ._flynn_engine import engine
 
 __all__ = ["range_arrays", "encode_batch", "batch_winners", "count"]
@@ -83,16 +83,25 @@ def batch_winners(est, X, bar=None):
             bar.update(rows=Xb.shape[0])
 
 
-def count(est, X, y_idx, bar=None):
+def count(est, X, y_idx, bar=None, weights=None):
     """Counts (n_classes, m) of the winners of ``X`` per class, summed over batches.
 
-    A new array on ``device_``: the model is not touched, so an error half-way
-    (out of memory, say) leaves it as it was.
+    With ``weights`` (host float64 on :mod:`._weights`' grid, one per row) each row adds
+    its weight: float64 sums, exact in any order, that stay int64 when every weight is a
+    whole number. A new array on ``device_``: the model is not touched, so an error
+    half-way (out of memory, say) leaves it as it was.
     """
     labels = to_device(y_idx, est.device_)
     eng = engine(est.device_)
     n_classes = len(est.classes_)
-    total = est._xp.zeros((n_classes, est.n_components_), dtype=np.int64)
+    if weights is None:
+        total = est._xp.zeros((n_classes, est.n_components_), dtype=np.int64)
+        for start, w in est._batch_winners(X, bar):
+            total += eng.count(w, labels[start : start + w.shape[0]], n_classes, est.n_components_)
+        return total
+    row_weights = to_device(weights, est.device_)
+    total = est._xp.zeros((n_classes, est.n_components_), dtype=np.float64)
     for start, w in est._batch_winners(X, bar):
-        total += eng.count(w, labels[start : start + w.shape[0]], n_classes, est.n_components_)
-    return total
+        rows = slice(start, start + w.shape[0])
+        total += eng.weighted_count(w, labels[rows], row_weights[rows], n_classes, est.n_components_)
+    return total.astype(np.int64) if _weights.is_whole(weights) else total

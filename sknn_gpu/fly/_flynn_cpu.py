@@ -4,6 +4,8 @@ Same functions and signatures as :mod:`._flynn_cuda`, same results bit for bit:
 
 * :func:`row_normalize` ``(X)``: centre each row and scale it to unit L2 norm;
 * :func:`count` ``(winners, labels, n_classes, n_components)``: integer counts;
+* :func:`weighted_count` ``(winners, labels, weights, n_classes, n_components)``: the
+  counts with a weight per sample (float64; exact for weights on FlyNN's fixed-point grid);
 * :func:`novelty` ``(winners, filters_t)`` and :func:`argmin` ``(novelty)``;
 * :func:`nearest_class` ``(winners, filters_t, out=None)``: ``argmin(novelty(...))``;
 * :func:`work_bytes` ``(n_rows, n_features, k, n_classes, n_components)``.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["row_normalize", "count", "novelty", "argmin", "nearest_class", "work_bytes"]
+__all__ = ["row_normalize", "count", "weighted_count", "novelty", "argmin", "nearest_class", "work_bytes"]
 
 
 def _lane_sum(V):
@@ -92,6 +94,35 @@ def count(winners, labels, n_classes, n_components):
     m = n_components
     flat = labels.astype(np.int64)[:, None] * m + winners.astype(np.int64)
     return np.bincount(flat.ravel(), minlength=n_classes * m).reshape(n_classes, m).astype(np.int64)
+
+
+def weighted_count(winners, labels, weights, n_classes, n_components):
+    """Weighted counts (n_classes, m): the sum of the weights of the samples in which each
+    cell wins, per class.
+
+    Float64 sums; for weights that are multiples of ``2**-20`` and totals below ``2**33``
+    (what :mod:`._weights` admits) every partial sum is exact, so the result does not
+    depend on the order of the additions (the GPU's atomic adds give the same bits).
+
+    Parameters
+    ----------
+    winners : ndarray of int32, shape (n, k)
+        Winner cells per sample.
+    labels : ndarray of int32, shape (n,)
+        Class index per sample.
+    weights : ndarray of float64, shape (n,)
+        Weight per sample.
+    n_classes, n_components : int
+        Shape of the count table.
+
+    Returns
+    -------
+    counts : ndarray of float64, shape (n_classes, n_components)
+    """
+    m = n_components
+    flat = labels.astype(np.int64)[:, None] * m + winners.astype(np.int64)
+    w = np.broadcast_to(weights.astype(np.float64)[:, None], flat.shape).ravel()
+    return np.bincount(flat.ravel(), weights=w, minlength=n_classes * m).reshape(n_classes, m)
 
 
 def novelty(winners, filters_t):

@@ -22,7 +22,16 @@ from ._encoding import (
     THERMOMETER_THRESHOLDS,
 )
 
-__all__ = ["row_normalize", "encode", "count", "novelty", "argmin", "nearest_class", "work_bytes"]
+__all__ = [
+    "row_normalize",
+    "encode",
+    "count",
+    "weighted_count",
+    "novelty",
+    "argmin",
+    "nearest_class",
+    "work_bytes",
+]
 
 THREADS = 256
 #: Most classes for which predict fuses novelty and arg-min (per-class sums in registers).
@@ -111,6 +120,17 @@ def count(winners, labels, n_classes, n_components):  # pragma: no cover - needs
     n, k = winners.shape
     _launch("flynn_count", n * k, (winners, labels, counts, np.int64(n), np.int32(k), np.int64(n_components)))
     return counts
+
+
+def weighted_count(winners, labels, weights, n_classes, n_components):  # pragma: no cover - needs a GPU
+    """Weighted counts (n_classes, m), float64: :func:`._flynn_cpu.weighted_count` with CuPy's
+    ``bincount`` (atomic float64 adds). The order of the adds varies, the result does not:
+    for weights on FlyNN's fixed-point grid (:mod:`._weights`) every partial sum is exact."""
+    cp = get_cupy()
+    m = n_components
+    flat = labels.astype(cp.int64)[:, None] * m + winners.astype(cp.int64)
+    w = cp.broadcast_to(weights.astype(cp.float64)[:, None], flat.shape).ravel()
+    return cp.bincount(flat.ravel(), weights=w, minlength=n_classes * m).reshape(n_classes, m)
 
 
 def novelty(winners, filters_t):  # pragma: no cover - needs a GPU

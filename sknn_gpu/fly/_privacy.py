@@ -32,6 +32,7 @@ from sklearn.base import clone
 
 from .._backend import to_device, to_host
 from ._encoding import input_range
+from ._weights import on_grid
 
 __all__ = [
     "MIN_SCALE",
@@ -243,9 +244,12 @@ def check_public_range(est):
 
 def check_not_private(est):
     """Refuse to privatize a release again: ``counts_`` that are already noisy (a private
-    copy, a merge of private parties, or private counts loaded from a file)."""
+    copy, a merge of private parties, or private counts loaded from a file). Float counts
+    of a fit with sample weights are exact (multiples of ``2**-20``, :mod:`._weights`) and
+    pass; noisy ones are not on that grid."""
     counts = getattr(est, "counts_", None)
-    if hasattr(est, "dp_accounting_") or (counts is not None and counts.dtype.kind == "f"):
+    noisy = counts is not None and counts.dtype.kind == "f" and not on_grid(counts)
+    if hasattr(est, "dp_accounting_") or noisy:
         raise ValueError(
             "privatize: this model's counts are already a private release (or a merge of "
             "releases); privatize the model fitted on the data instead."
