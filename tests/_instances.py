@@ -2,8 +2,11 @@
 
 ``INSTANCE_PARAMS``: constructor arguments used when the common checks build an
 estimator (small, seeded, fast). ``EXPECTED_FAILED_CHECKS``: every scikit-learn
-common check an estimator is known to fail, with the reason. Each estimator owns
-its own entry; nothing else in the test suite may xfail a common check.
+common check an estimator is known to fail, with the reason. ``DEFAULT_INSTANCES``:
+the estimators whose checks also run on their defaults (what
+``check_estimator(cls(device='cpu'))`` sees), with the checks those defaults fail by
+design in ``EXPECTED_FAILED_CHECKS_ON_DEFAULTS``. Each estimator owns its own entries;
+nothing else in the test suite may xfail a common check.
 """
 
 INSTANCE_PARAMS = {
@@ -106,6 +109,57 @@ EXPECTED_FAILED_CHECKS = {
 }
 
 
+#: Estimators whose common checks also run on the defaults, ``cls(device='cpu')``.
+DEFAULT_INSTANCES = ("FlyHashTransformer", "FlyNNClassifier")
+
+# Six checks set n_components=1, as for a decomposition, and keep the estimator's other
+# parameters: FlyHash's and FlyNN's default k is a count of winners (32 and 256).
+_FLY_K_OVER_M = (
+    "the check sets n_components=1 (as for a decomposition) and keeps the default integer k "
+    "(32 winners for FlyHash, 256 for FlyNN): more winners than units is refused by design with a "
+    "ValueError that says so (k <= n_components; test_flyhash.py::test_k_out_of_range_is_refused), "
+    "since a hash whose every unit wins gives every sample the same code. With k as a fraction of "
+    "the units (the instance in INSTANCE_PARAMS) the same checks pass"
+)
+_FLY_N_COMPONENTS_ONE = (
+    "check_dont_overwrite_parameters",
+    "check_fit2d_1feature",  # 1 feature would be fine: the refusal is k > n_components=1
+    "check_fit2d_1sample",  # likewise for 1 sample
+    "check_fit2d_predict1d",
+    "check_methods_sample_order_invariance",
+    "check_methods_subset_invariance",
+)
+# FlyHash's default output is a sparse matrix, which a DataFrame cannot hold (scikit-learn
+# refuses it too); these checks need pandas or polars and are skipped without them.
+_FLYHASH_SPARSE_FRAME = (
+    "the check asks set_output for a pandas or polars DataFrame, which cannot hold the sparse "
+    "matrix of the default output='sparse': refused by design before any work, with an error that "
+    "names output='dense' (test_set_output.py covers it); the instance in INSTANCE_PARAMS "
+    "(output='dense') passes the check"
+)
+_FRAME_CHECKS = (
+    "check_set_output_transform_pandas",
+    "check_global_output_transform_pandas",
+    "check_set_output_transform_polars",
+    "check_global_set_output_transform_polars",
+)
+EXPECTED_FAILED_CHECKS_ON_DEFAULTS = {
+    "FlyHashTransformer": dict.fromkeys(_FLY_N_COMPONENTS_ONE, _FLY_K_OVER_M)
+    | dict.fromkeys(_FRAME_CHECKS, _FLYHASH_SPARSE_FRAME),
+    "FlyNNClassifier": dict.fromkeys(_FLY_N_COMPONENTS_ONE, _FLY_K_OVER_M),
+}
+
+
+def make_default_instance(cls):
+    """The estimator with its default parameters, pinned to the CPU."""
+    return cls(device="cpu")
+
+
+def _is_default_instance(estimator):
+    defaults = {**type(estimator)().get_params(deep=False), "device": "cpu"}
+    return estimator.get_params(deep=False) == defaults
+
+
 def make_instance(cls):
     """Seeded, CPU-pinned instance used by the common checks."""
     params = {"device": "cpu"}
@@ -116,4 +170,8 @@ def make_instance(cls):
 
 
 def expected_failed_checks(estimator):
-    return EXPECTED_FAILED_CHECKS.get(type(estimator).__name__, {})
+    name = type(estimator).__name__
+    expected = dict(EXPECTED_FAILED_CHECKS.get(name, {}))
+    if _is_default_instance(estimator):
+        expected.update(EXPECTED_FAILED_CHECKS_ON_DEFAULTS.get(name, {}))
+    return expected

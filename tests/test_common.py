@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 import sklearn.utils
-from _instances import expected_failed_checks, make_instance
+from _instances import DEFAULT_INSTANCES, expected_failed_checks, make_default_instance, make_instance
 from sklearn.base import BaseEstimator
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
@@ -42,6 +42,15 @@ def test_every_estimator_has_the_device_parameter():
     expected_failed_checks=expected_failed_checks,
 )
 def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+@parametrize_with_checks(
+    [make_default_instance(cls) for cls in ESTIMATORS if cls.__name__ in DEFAULT_INSTANCES],
+    expected_failed_checks=expected_failed_checks,
+)
+def test_sklearn_compatible_on_defaults(estimator, check):
+    """The same checks on the default parameters: what ``check_estimator(cls())`` sees."""
     check(estimator)
 
 
