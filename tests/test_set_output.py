@@ -161,3 +161,29 @@ def test_dense_hash_gives_a_pandas_dataframe(rng):
     out = fh.set_output(transform="pandas").fit_transform(X)
     assert isinstance(out, pd.DataFrame) and out.shape == (20, 32)
     assert (out.sum(axis=1) == 4).all() and out.columns[0] == "flyhashtransformer0"
+
+
+# --------------------------------------------------------------------------- scikit-learn's own checks
+@pytest.mark.parametrize(
+    "est",
+    [
+        DTCNNHalftoner(device="cpu", image_shape=(1, 5)),  # the checks' X: 20 rows of 5 values in [0, 1)
+        FlyHashTransformer(device="cpu"),  # sparse by default: the checks accept its refusal
+        FlyHashTransformer(device="cpu", output="dense", k=0.2),
+    ],
+    ids=["DTCNN rows", "FlyHash sparse", "FlyHash dense"],
+)
+@pytest.mark.parametrize(
+    "check",
+    [
+        "check_set_output_transform",
+        "check_set_output_transform_pandas",
+        "check_global_output_transform_pandas",
+    ],
+)
+def test_scikit_learn_set_output_checks(est, check):
+    if "pandas" in check:
+        pytest.importorskip("pandas")
+    from sklearn.utils import estimator_checks
+
+    getattr(estimator_checks, check)(type(est).__name__, est)
