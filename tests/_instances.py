@@ -129,23 +129,8 @@ _FLY_N_COMPONENTS_ONE = (
     "check_methods_sample_order_invariance",
     "check_methods_subset_invariance",
 )
-# FlyHash's default output is a sparse matrix, which a DataFrame cannot hold (scikit-learn
-# refuses it too); these checks need pandas or polars and are skipped without them.
-_FLYHASH_SPARSE_FRAME = (
-    "the check asks set_output for a pandas or polars DataFrame, which cannot hold the sparse "
-    "matrix of the default output='sparse': refused by design before any work, with an error that "
-    "names output='dense' (test_set_output.py covers it); the instance in INSTANCE_PARAMS "
-    "(output='dense') passes the check"
-)
-_FRAME_CHECKS = (
-    "check_set_output_transform_pandas",
-    "check_global_output_transform_pandas",
-    "check_set_output_transform_polars",
-    "check_global_set_output_transform_polars",
-)
 EXPECTED_FAILED_CHECKS_ON_DEFAULTS = {
-    "FlyHashTransformer": dict.fromkeys(_FLY_N_COMPONENTS_ONE, _FLY_K_OVER_M)
-    | dict.fromkeys(_FRAME_CHECKS, _FLYHASH_SPARSE_FRAME),
+    "FlyHashTransformer": dict.fromkeys(_FLY_N_COMPONENTS_ONE, _FLY_K_OVER_M),
     "FlyNNClassifier": dict.fromkeys(_FLY_N_COMPONENTS_ONE, _FLY_K_OVER_M),
 }
 
