@@ -726,10 +726,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         X = self._validate_X(X, reset=first)
         y_host = host_labels(y)
         check_classification_targets(y_host)
-        self._encode_y(y_host, X.shape[0])  # every label checked, weighted 0 or not
+        y_idx = self._encode_y(y_host, X.shape[0])  # every label checked, weighted 0 or not
         X, y_host, weights = self._weighted_rows(X, y_host, sample_weight)
-        y_idx = self._encode_y(y_host, X.shape[0])
         if weights is not None:
+            y_idx = self._encode_y(y_host, X.shape[0])
             _weights.check_totals(weights, y_idx, len(self.classes_), "partial_fit")
         bar = None
         if not first:  # the model changes only once the new counts are complete
