@@ -10,13 +10,14 @@ row predicted alone gets the bits it gets in any batch.
 
 Training (``forward(..., keep_values=True)`` and ``backward``) works on the blocks of
 :func:`_layout`: the rows of a level, cut so that the rectangle of (rows x the slots they
-read) stays under :data:`BLOCK_BYTES`. A block whose edges fill enough of its rectangle is
-a dense matrix (zeros where no edge) and runs as BLAS matrix products, the three an MLP
-layer makes per step: ``W @ V`` forward, ``D @ V.T`` for the weight gradient (entries
-taken at the edges) and ``W.T @ D`` for the gradient of the hidden nodes it reads. A
-layered network's layers are fully dense blocks whose weights are the plan's weights
-reshaped, with no copy. Sparser blocks use CSR products, and per-edge dot products for
-the weight gradient. The sums are the same; only their order differs from the
+read) stays under :data:`BLOCK_BYTES`. A block runs as a dense matrix (zeros where no edge)
+through BLAS where that costs less than the sparse products for the batch at hand (the
+costs below: from a fill of about 20%, and small blocks, whose sparse call costs dominate):
+the three products an MLP layer makes per step, ``W @ V`` forward, ``D @ V.T`` for the
+weight gradient (entries taken at the edges) and ``W.T @ D`` for the gradient of the
+hidden nodes it reads. A layered network's layers are fully dense blocks whose weights are
+the plan's weights reshaped, with no copy. Other blocks use CSR products, and per-edge dot
+products for the weight gradient. The sums are the same; only their order differs from the
 evaluation's (rounding, about 1e-16 relative per product).
 """
 
@@ -30,15 +31,17 @@ from ._activations import activation, activation_derivative, apply_activation, d
 
 __all__ = ["forward", "backward"]
 
-#: Fill (edges / rectangle) from which a block's forward product and back-propagated
-#: gradient are dense matrix products: one-core float64 GEMM does a (row, slot, sample)
-#: multiply-add in about 0.04 ns, SciPy's CSR product an (edge, sample) one in about 0.2 ns.
-DENSE_FILL = 0.2
-
-#: Fill from which a block's weight gradient is one dense product ``D @ V.T`` whose entries
-#: at the edges are kept: the per-edge dot products gather two rows of ``batch`` values per
-#: edge, about 0.8 ns per (edge, sample) on one core, 20 times the GEMM's cost per entry.
-GRADIENT_FILL = 0.05
+# Costs on one core (float64, ns) that pick each block's method per call, from its
+# rectangle (rows x the slots they read), its edges and the batch. A dense product costs
+# DENSE_NS per (row, slot, sample) plus DENSE_CALL_NS (the weights scattered into the
+# rectangle); SciPy's CSR product CSR_NS per (edge, sample) plus CSR_CALL_NS (the matrix
+# built and checked); the per-edge weight gradient GATHER_NS per (edge, sample) (two rows
+# gathered per edge, then their dot product) plus GATHER_CALL_NS. For large batches a block
+# is dense from a fill of 20% (forward and back-propagated gradient) and 5% (weight
+# gradient); a small block is dense below that too, where the call costs dominate.
+DENSE_NS, DENSE_CALL_NS = 0.05, 2_000.0
+CSR_NS, CSR_CALL_NS = 0.25, 15_000.0
+GATHER_NS, GATHER_CALL_NS = 1.0, 5_000.0
 
 #: Largest dense block (bytes of its rows x slots rectangle); larger levels are cut by rows.
 BLOCK_BYTES = 4 << 20
@@ -111,15 +114,26 @@ def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_
 
 
 # --------------------------------------------------------------------------- training blocks
+def _dense_up_to(rect, n_edges, edge_ns, call_ns):
+    """Largest batch for which a dense product over ``rect`` entries costs no more than the
+    sparse method (``edge_ns`` per edge and sample, ``call_ns`` per call): inf, or >= 0."""
+    extra = rect * DENSE_NS - n_edges * edge_ns  # ns per sample the dense product spends more
+    if extra <= 0:
+        return np.inf
+    return max(0.0, (call_ns - DENSE_CALL_NS) / extra)
+
+
 class _Block:
     """Rows ``a:b`` of a level (plan edges ``ea:eb``), reading slots ``c0:c1``.
 
     ``pos``: each edge's position in the row-major ``(b - a, c1 - c0)`` rectangle (None when
-    the edges are the whole rectangle in order: ``full``). ``cut``: the first column that is
-    a computed node (columns before it are inputs, whose gradient is not needed). CSR
-    structures (local columns) for the sparse forward product and, transposed over the
-    computed columns, for the back-propagated gradient; edge rows and slots for the
-    per-edge weight gradient.
+    the edges are the whole rectangle in order: ``full``, or when the block is never dense).
+    ``cut``: the first column that is a computed node (columns before it are inputs, whose
+    gradient is not needed). ``dense_up_to`` / ``gradient_dense_up_to``: the largest batch for
+    which the forward and back-propagated products / the weight gradient are dense (inf:
+    always). CSR structures (local columns) for the sparse forward product and, transposed over
+    the computed columns, for the back-propagated gradient; edge rows and slots for the
+    per-edge weight gradient (each only where the block can use it).
     """
 
     __slots__ = (
@@ -132,8 +146,8 @@ class _Block:
         "cut",
         "full",
         "pos",
-        "dense",
-        "dense_gradient",
+        "dense_up_to",
+        "gradient_dense_up_to",
         "indptr",
         "indices",
         "t_perm",
@@ -154,13 +168,17 @@ class _Block:
         span = c1 - c0
         self.cut = cut = min(max(n_in - c0, 0), span)
         pos = rows * span + (cols - c0)
-        self.full = n_edges == n_rows * span and bool(np.all(pos == np.arange(n_edges)))
-        fill = n_edges / (n_rows * span)
-        self.dense = self.full or fill >= DENSE_FILL
-        self.dense_gradient = self.dense or fill >= GRADIENT_FILL
-        self.pos = None if self.full or not self.dense_gradient else pos
+        rect = n_rows * span
+        self.full = n_edges == rect and bool(np.all(pos == np.arange(n_edges)))
+        if self.full:
+            self.dense_up_to = self.gradient_dense_up_to = np.inf
+        else:
+            self.dense_up_to = _dense_up_to(rect, n_edges, CSR_NS, CSR_CALL_NS)
+            self.gradient_dense_up_to = _dense_up_to(rect, n_edges, GATHER_NS, GATHER_CALL_NS)
+        sometimes = max(self.dense_up_to, self.gradient_dense_up_to) >= 1
+        self.pos = pos if sometimes and not self.full else None
         self.indptr = self.indices = self.t_perm = self.t_indices = self.t_indptr = None
-        if not self.dense:
+        if self.dense_up_to < np.inf:
             self.indptr = (plan["indptr"][a : b + 1] - ea).astype(np.int32)
             self.indices = (cols - c0).astype(np.int32)
             local = cols - c0
@@ -170,7 +188,7 @@ class _Block:
             counts = np.bincount(local[self.t_perm] - cut, minlength=span - cut)
             self.t_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
         self.rows = self.cols = None
-        if not self.dense_gradient:
+        if self.gradient_dense_up_to < np.inf:
             self.rows, self.cols = rows, cols
 
     def matrix(self, w):
@@ -217,10 +235,10 @@ def _layout(graph):
         if e1 > e0:
             cols = indices[e0:e1]
             span = int(cols.max()) - int(cols.min()) + 1
-            fill = (e1 - e0) / ((r1 - r0) * span)
             step = r1 - r0
-            if fill >= GRADIENT_FILL and 8 * (r1 - r0) * span > BLOCK_BYTES:
-                step = max(1, BLOCK_BYTES // (8 * span))
+            rect = (r1 - r0) * span
+            if 8 * rect > BLOCK_BYTES and _dense_up_to(rect, e1 - e0, GATHER_NS, GATHER_CALL_NS) >= 1:
+                step = max(1, BLOCK_BYTES // (8 * span))  # dense for some batch: cut by rows
             blocks = [_Block(plan, a, min(a + step, r1)) for a in range(r0, r1, step)]
             blocks = [blk for blk in blocks if blk.eb > blk.ea]
         codes = act[r0:r1]
@@ -239,7 +257,7 @@ def _forward_blocks(graph, V, w, b):
         z = np.empty((r1 - r0, B)) if blocks else np.zeros((r1 - r0, B))
         for blk in blocks:
             Vs, out = V[blk.c0 : blk.c1], z[blk.a - r0 : blk.b - r0]
-            if blk.dense:
+            if B <= blk.dense_up_to:
                 np.matmul(blk.matrix(w), Vs, out=out)
             else:
                 out[...] = blk.csr(w) @ Vs
@@ -302,7 +320,7 @@ def backward(graph, V, G_out, w, executor="auto"):
             Db, Vs = D[blk.a - r0 : blk.b - r0], V[blk.c0 : blk.c1]
             if blk.full:  # the gradient's entries are the edges', in plan order
                 np.matmul(Db, Vs.T, out=gw[blk.ea : blk.eb].reshape(Db.shape[0], -1))
-            elif blk.dense_gradient:
+            elif B <= blk.gradient_dense_up_to:
                 np.take((Db @ Vs.T).ravel(), blk.pos, out=gw[blk.ea : blk.eb])
             else:
                 for k0 in range(0, blk.eb - blk.ea, step):
@@ -312,7 +330,7 @@ def backward(graph, V, G_out, w, executor="auto"):
                     )
             if blk.cut < blk.c1 - blk.c0:  # the block reads hidden nodes: pass their gradient on
                 target = G[blk.c0 + blk.cut - n_in : blk.c1 - n_in]
-                if blk.dense:
+                if B <= blk.dense_up_to:
                     target += blk.matrix(w)[:, blk.cut :].T @ Db
                 else:
                     target += blk.csr_t(w) @ Db

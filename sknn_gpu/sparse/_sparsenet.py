@@ -44,7 +44,7 @@ from ._activations import (
 )
 from ._graph import SparseGraph, engine
 from ._graph_build import build_random_dag, graph_nbytes, n_candidate_pairs, random_dag_nbytes
-from ._graph_cpu import BLOCK_BYTES, GATHER_BYTES, GRADIENT_FILL
+from ._graph_cpu import BLOCK_BYTES, GATHER_BYTES
 from ._sparsenet_train import SGD, Adam, DenseMasked, SparseModel
 
 __all__ = ["SparseNetRegressor"]
@@ -506,7 +506,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             # V (+ G and D), the CPU engine's per-level temporaries, and in training either
             # a dense block's weights and weight gradient or a sparse block's gather chunk
             values = 8 * n_nodes * batch * (3 if backward else 1)
-            block = 2 * min(BLOCK_BYTES, int(8 * n_edges / GRADIENT_FILL), 8 * widest * n_nodes)
+            block = 2 * min(BLOCK_BYTES, 8 * widest * n_nodes)
             work = max(block, min(GATHER_BYTES, 16 * n_edges * batch)) if backward else 0
             return values + (8 * 4 * widest * batch + work if cpu else 0)
 
