@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test test-fast docs docs-check lint format gpu-check gpu-test bench clean
+.PHONY: demo examples test test-fast docs docs-check lint format gpu-check gpu-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,23 @@ $(VENV)/.dev-installed: pyproject.toml setup.cfg | $(BIN)/python
 
 demo: $(VENV)/.base-installed
 	$(BIN)/python -m sknn_gpu.demo
+
+# every script in examples/, as a user runs it, with the examples extra (matplotlib, Dask, FAISS,
+# scikit-image); the figures go to $(EXAMPLES_OUTPUT), drawn with Agg (no window opens).
+# `make examples SKNN_GPU_EXAMPLES_SMALL=1` runs each at a small size, in seconds.
+EXAMPLES_OUTPUT ?= sknn_gpu_examples_output
+$(VENV)/.examples-installed: pyproject.toml setup.cfg | $(BIN)/python
+	$(PIP) -e ".[demo,examples]"
+	@touch $(VENV)/.base-installed $@
+
+examples: $(VENV)/.examples-installed
+	@failed=""; for f in examples/[!_]*.py; do \
+	  echo "== $$f"; \
+	  MPLBACKEND=Agg SKNN_GPU_EXAMPLES_OUTPUT="$(abspath $(EXAMPLES_OUTPUT))" $(BIN)/python "$$f" \
+	    || failed="$$failed $$f"; \
+	done; \
+	echo "figures: $(abspath $(EXAMPLES_OUTPUT))"; \
+	if [ -n "$$failed" ]; then echo "failed:$$failed"; exit 1; fi
 
 test: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest -q -p no:cacheprovider
@@ -70,4 +87,4 @@ reproduce: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/reproduce/run_all.py $(if $(QUICK),--quick) --plots $(REPRO_DIR)/plots --out $(REPRO_DIR)/report.md
 
 clean:
-	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated
+	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated $(EXAMPLES_OUTPUT)

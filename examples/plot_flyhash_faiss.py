@@ -17,6 +17,15 @@ how often they carry the same label.
 # %%
 # Hash the digits and index them
 # ------------------------------
+
+# sphinx_gallery_start_ignore
+# as a script: figures saved to one folder, a missing package named (examples/_helpers.py)
+try:
+    from _helpers import require, save_figures
+except ImportError:  # this file alone, e.g. downloaded from the gallery: figures not saved
+    require = save_figures = lambda *modules: False
+require("faiss", "matplotlib")
+# sphinx_gallery_end_ignore
 import time
 
 import faiss
@@ -84,4 +93,7 @@ ax.set_ylim(0, 1)
 ax.legend(loc="lower right", fontsize=8)
 ax.set_title("FlyHash + FAISS IndexBinaryFlat on digits")
 fig.tight_layout()
+# sphinx_gallery_start_ignore
+save_figures()
+# sphinx_gallery_end_ignore
 plt.show()

@@ -16,9 +16,16 @@ the retrieval rule and the number of iterations is one ordinary ``GridSearchCV``
 # ----------------------------------
 # 1,000 random messages of 8 symbols over 64 values; each probe has 5 of its 8 symbols
 # erased. Every candidate memory stores all 1,000 messages and is asked the same probes.
-import sys
+
+# sphinx_gallery_start_ignore
+# as a script: figures saved to one folder, a missing package named (examples/_helpers.py)
+try:
+    from _helpers import require, save_figures
+except ImportError:  # this file alone, e.g. downloaded from the gallery: figures not saved
+    require = save_figures = lambda *modules: False
+require("matplotlib")
+# sphinx_gallery_end_ignore
 import warnings
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -77,12 +84,7 @@ ax2.set_xlabel("erased symbols (of 8)")
 ax2.set_ylabel("exact recall")
 ax2.set_title(f"best: {search.best_params_['rule']}, max_iter={search.best_params_['max_iter']}")
 fig.tight_layout()
-
-# %%
-# Run as a script (``python examples/plot_gbnn_gridsearch.py``), the figure is also
-# saved in the current folder; the documentation's gallery shows it instead.
-if "sphinx_gallery" not in sys.modules:
-    out = Path.cwd() / "plot_gbnn_gridsearch.png"
-    fig.savefig(out, dpi=100)
-    print(f"figure saved to {out}")
+# sphinx_gallery_start_ignore
+save_figures()
+# sphinx_gallery_end_ignore
 plt.show()

@@ -18,12 +18,28 @@ with the closed forms :func:`~sknn_gpu.memory.theoretical_density` and
 # %%
 # Store random messages
 # ---------------------
+
+# sphinx_gallery_start_ignore
+# as a script: figures saved to one folder, a missing package named (examples/_helpers.py)
+try:
+    from _helpers import require, save_figures
+except ImportError:  # this file alone, e.g. downloaded from the gallery: figures not saved
+    require = save_figures = lambda *modules: False
+require("matplotlib")
+# sphinx_gallery_end_ignore
+import os
+
 import matplotlib.pyplot as plt
 import numpy as np
 
 from sknn_gpu.memory import GBNNMemory, erasure_error_rate, theoretical_density
 
+# SKNN_GPU_EXAMPLES_SMALL=1 asks for a quick run: fewer messages and probes
+SMALL = os.environ.get("SKNN_GPU_EXAMPLES_SMALL", "") not in ("", "0")
+
 C, L, M, K = 8, 128, 5000, 1000
+if SMALL:
+    M, K = 1500, 200
 rng = np.random.default_rng(0)
 messages = rng.integers(0, L, size=(M, C))
 truth = messages[rng.choice(M, K, replace=False)]
@@ -89,3 +105,8 @@ for e in erasures:
     amb = one_step.retrieve(erase(truth, e))
     measured = np.mean((amb.n_candidates > 1).any(axis=1))
     print(f"{e:2d}   {erasure_error_rate(density, C, e, L):10.4f}   {measured:8.4f}")
+
+# sphinx_gallery_start_ignore
+save_figures()
+# sphinx_gallery_end_ignore
+plt.show()

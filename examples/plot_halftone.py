@@ -15,6 +15,15 @@ a Gaussian low-pass of width 1.5 pixels; higher is better).
 # %%
 # Halftone the photo three ways
 # -----------------------------
+
+# sphinx_gallery_start_ignore
+# as a script: figures saved to one folder, a missing package named (examples/_helpers.py)
+try:
+    from _helpers import require, save_figures
+except ImportError:  # this file alone, e.g. downloaded from the gallery: figures not saved
+    require = save_figures = lambda *modules: False
+require("matplotlib", "PIL", "skimage")
+# sphinx_gallery_end_ignore
 import matplotlib.pyplot as plt
 import numpy as np
 from PIL import Image
@@ -61,4 +70,7 @@ ax.set_xlabel("sweep")
 ax.set_ylabel("energy")
 ax.set_title("asynchronous DT-CNN energy per sweep")
 fig.tight_layout()
+# sphinx_gallery_start_ignore
+save_figures()
+# sphinx_gallery_end_ignore
 plt.show()

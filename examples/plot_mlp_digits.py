@@ -13,6 +13,15 @@ few seconds; with ``device='cuda'`` the same code trains on the GPU.
 # %%
 # Train both models with the same settings
 # ----------------------------------------
+
+# sphinx_gallery_start_ignore
+# as a script: figures saved to one folder, a missing package named (examples/_helpers.py)
+try:
+    from _helpers import require, save_figures
+except ImportError:  # this file alone, e.g. downloaded from the gallery: figures not saved
+    require = save_figures = lambda *modules: False
+require("matplotlib")
+# sphinx_gallery_end_ignore
 import matplotlib.pyplot as plt
 import numpy as np
 from sklearn.datasets import load_digits
@@ -81,3 +90,7 @@ same = (mlp.predict_proba(X_test) == weighted.predict_proba(X_test)).all()
 print("as_sklearn() gives the same probabilities:", bool(same))
 back = GPUMLPClassifier.from_sklearn(mlp, device="cpu")
 print("from_sklearn() predicts the same:", bool((back.predict(X_test) == mlp.predict(X_test)).all()))
+# sphinx_gallery_start_ignore
+save_figures()
+# sphinx_gallery_end_ignore
+plt.show()

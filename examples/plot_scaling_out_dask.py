@@ -16,6 +16,17 @@ Dask's text progress bar shows the work as it goes.
 """
 
 # %%
+
+# sphinx_gallery_start_ignore
+# as a script: figures saved to one folder, a missing package named (examples/_helpers.py)
+try:
+    from _helpers import require, save_figures
+except ImportError:  # this file alone, e.g. downloaded from the gallery: figures not saved
+    require = save_figures = lambda *modules: False
+require("dask", "distributed", "matplotlib")
+# sphinx_gallery_end_ignore
+import os
+
 import dask
 import dask.array as da
 import matplotlib.pyplot as plt
@@ -24,6 +35,9 @@ from distributed import Client, LocalCluster, progress
 
 from sknn_gpu import FlyHashTransformer, FlyNNClassifier
 from sknn_gpu.device import cuda_available
+
+# SKNN_GPU_EXAMPLES_SMALL=1 asks for a quick run: 8,000 rows, workers in this process
+SMALL = os.environ.get("SKNN_GPU_EXAMPLES_SMALL", "") not in ("", "0")
 
 N_CLASSES, N_FEATURES = 10, 784
 
@@ -52,19 +66,23 @@ def dask_dataset(n_blocks, rows, gpu, offset=0):
 
 
 def start_cluster():
-    if cuda_available():
+    if cuda_available() and not SMALL:
         try:
             from dask_cuda import LocalCUDACluster
 
             return LocalCUDACluster(threads_per_worker=2, dashboard_address=None), True
         except ImportError:
             pass
-    return LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None), False
+    # two worker processes (a quick run keeps them in this process)
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=not SMALL, dashboard_address=None)
+    return cluster, False
 
 
 def main():
     cluster, gpu = start_cluster()
     n_blocks, rows = (600, 100_000) if gpu else (6, 20_000)
+    if SMALL:
+        n_blocks, rows = 4, 2_000
     with cluster, Client(cluster) as client:
         n_workers = len(client.scheduler_info()["workers"])
         print(f"{n_workers} {'GPU' if gpu else 'CPU'} workers; {n_blocks * rows:,} training rows")
@@ -90,6 +108,9 @@ def main():
     ax.set(xlabel="Kenyon cell", ylabel="fraction of rows", title="FlyHash winners over the held-out rows")
     ax.legend(loc="upper right")
     fig.tight_layout()
+    # sphinx_gallery_start_ignore
+    save_figures()
+    # sphinx_gallery_end_ignore
     plt.show()
 
 

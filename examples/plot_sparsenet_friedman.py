@@ -15,6 +15,16 @@ same trained graph with :meth:`SparseGraph.forward` and checks it against
 """
 
 # %%
+
+# sphinx_gallery_start_ignore
+# as a script: figures saved to one folder, a missing package named (examples/_helpers.py)
+try:
+    from _helpers import require, save_figures
+except ImportError:  # this file alone, e.g. downloaded from the gallery: figures not saved
+    require = save_figures = lambda *modules: False
+require("matplotlib")
+# sphinx_gallery_end_ignore
+import os
 import warnings
 
 import matplotlib.pyplot as plt
@@ -25,11 +35,15 @@ from sklearn.metrics import r2_score
 
 from sknn_gpu.sparse import SparseNetRegressor
 
-warnings.simplefilter("ignore", ConvergenceWarning)  # short training on purpose
-X, y = make_friedman1(n_samples=1000, random_state=0)
-X_test, y_test = make_friedman1(n_samples=1000, random_state=1)
+# SKNN_GPU_EXAMPLES_SMALL=1 asks for a quick run: fewer samples and densities
+SMALL = os.environ.get("SKNN_GPU_EXAMPLES_SMALL", "") not in ("", "0")
 
-densities = [1.0, 0.3, 0.1, 0.03]
+warnings.simplefilter("ignore", ConvergenceWarning)  # short training on purpose
+n_samples = 400 if SMALL else 1000
+X, y = make_friedman1(n_samples=n_samples, random_state=0)
+X_test, y_test = make_friedman1(n_samples=n_samples, random_state=1)
+
+densities = [1.0, 0.1] if SMALL else [1.0, 0.3, 0.1, 0.03]
 scores, edges, levels = [], [], []
 for density in densities:
     reg = SparseNetRegressor(
@@ -73,3 +87,7 @@ print(np.allclose(raw * reg._y_scale[0] + reg._y_mean[0], reg.predict(X_test[:5]
 with reg.resident():
     rows = [reg.predict(X_test[i : i + 1]) for i in range(5)]
 print(np.array_equal(np.concatenate(rows), reg.predict(X_test[:5])))
+# sphinx_gallery_start_ignore
+save_figures()
+# sphinx_gallery_end_ignore
+plt.show()
