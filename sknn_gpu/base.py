@@ -10,7 +10,6 @@ import weakref
 import numpy as np
 import sklearn
 from sklearn.base import ClassifierMixin, RegressorMixin
-from sklearn.utils._param_validation import StrOptions
 
 from . import _backend
 from ._backend import (
@@ -25,6 +24,7 @@ from ._backend import (
     to_device,
     to_host,
 )
+from ._sklearn_compat import StrOptions
 from ._version import __version__
 
 __all__ = [

@@ -28,7 +28,19 @@ PKG = ROOT / PKG_NAME
 #: The estimator families: none of them imports another.
 FAMILIES = ("memory", "fly", "halftone", "sparse", "neural_network")
 #: The shared floor every family stands on: it imports no family.
-CORE = ("_backend", "base", "_kernels", "linalg", "_dask", "_progress", "_typing", "_version")
+CORE = (
+    "_backend",
+    "base",
+    "_kernels",
+    "linalg",
+    "_dask",
+    "_progress",
+    "_typing",
+    "_version",
+    "_sklearn_compat",
+)
+#: The one module allowed to import scikit-learn's private names.
+SKLEARN_COMPAT = "sknn_gpu._sklearn_compat"
 #: Modules longer than this need a module docstring line starting with "Size:".
 MAX_LINES = 800
 
@@ -241,6 +253,74 @@ def test_families_stay_apart_and_the_core_imports_no_family():
             elif _is_core(module):
                 bad.append(f"{where}: the shared core imports no family")
     assert not bad, "\n".join(bad)
+
+
+# ----------------------------------------------------------------------------- private scikit-learn
+def _is_private(dotted: str) -> bool:
+    """A name with a component starting with ``_`` (dunders such as ``__version__`` are public)."""
+    return any(p.startswith("_") and not (p.startswith("__") and p.endswith("__")) for p in dotted.split("."))
+
+
+def private_sklearn_imports(source: str) -> list[tuple[int, str]]:
+    """``[(line, 'sklearn.x._y.name'), ...]``: every private scikit-learn name a module's source
+    imports or reaches by attribute (``sklearn.utils._x.f``), at any depth of the module."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] == "sklearn":
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    if _is_private(name):
+                        found.append((node.lineno, name))
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "sklearn" and _is_private(alias.name):
+                    found.append((node.lineno, alias.name))
+        elif isinstance(node, ast.Attribute) and _is_private(node.attr):  # sklearn.a._b in an expression
+            text = ast.unparse(node)
+            if text.split(".")[0] == "sklearn" and _is_private(text) and "(" not in text:
+                found.append((node.lineno, text))
+    return sorted(set(found))
+
+
+def test_private_sklearn_scan_on_toy_sources():
+    """The checker can fail: each way of reaching a private name is found, public ones are not."""
+    source = (
+        "import sklearn\n"
+        "from sklearn.base import BaseEstimator, _fit_context\n"
+        "from sklearn.utils._param_validation import Interval\n"
+        "import sklearn.utils._set_output as so\n"
+        "def later():\n"
+        "    from sklearn.utils.validation import _check_sample_weight\n"
+        "    return sklearn.neural_network._stochastic_optimizers\n"
+        "from sklearn.utils.validation import check_is_fitted\n"
+        "from ._param_validation import Interval\n"  # our own relative module, not scikit-learn's
+        "v = sklearn.__version__\n"
+    )
+    assert private_sklearn_imports(source) == [
+        (2, "sklearn.base._fit_context"),
+        (3, "sklearn.utils._param_validation.Interval"),
+        (4, "sklearn.utils._set_output"),
+        (6, "sklearn.utils.validation._check_sample_weight"),
+        (7, "sklearn.neural_network._stochastic_optimizers"),
+    ]
+
+
+def test_only_the_compat_module_imports_private_sklearn_names():
+    """scikit-learn's private names come through ``sknn_gpu/_sklearn_compat.py`` alone, so a new
+    scikit-learn release can break nothing else (see that module's docstring)."""
+    modules = _modules()
+    assert SKLEARN_COMPAT in modules
+    bad = []
+    for name, path in modules.items():
+        if name == SKLEARN_COMPAT:
+            continue
+        for line, what in private_sklearn_imports(path.read_text(encoding="utf-8")):
+            bad.append(f"{path.relative_to(ROOT)}:{line} imports {what}")
+    assert not bad, "import these from sknn_gpu._sklearn_compat instead:\n" + "\n".join(bad)
+    assert private_sklearn_imports(modules[SKLEARN_COMPAT].read_text(encoding="utf-8")), (
+        "the scan sees nothing"
+    )
 
 
 # ----------------------------------------------------------------------------- size

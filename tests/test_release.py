@@ -32,7 +32,7 @@ PRIVATE = _private_sklearn_imports()
 
 def test_the_private_api_scan_finds_what_we_know_we_use():
     names = {name for _mod, name in PRIVATE}
-    assert {"_fit_context", "StrOptions", "_check_partial_fit_first_call"} <= names
+    assert {"_fit_context", "StrOptions", "Interval", "_check_sample_weight"} <= names
 
 
 @pytest.mark.parametrize("module,name", PRIVATE, ids=lambda v: str(v))
@@ -46,8 +46,8 @@ def test_private_sklearn_api_behaves_as_we_use_it():
     import numbers
 
     import numpy as np
+    from sklearn.base import BaseEstimator
     from sklearn.utils._param_validation import Interval, StrOptions, validate_params
-    from sklearn.utils.multiclass import _check_partial_fit_first_call
 
     @validate_params(
         {"a": [Interval(numbers.Integral, 1, None, closed="left")], "b": [StrOptions({"x"})]},
@@ -60,12 +60,22 @@ def test_private_sklearn_api_behaves_as_we_use_it():
     with pytest.raises(ValueError, match="'a' parameter"):
         f(0, "x")
 
-    class Est:
-        pass
+    from sknn_gpu._sklearn_compat import _fit_context
 
-    est = Est()
-    assert _check_partial_fit_first_call(est, np.array([0, 1])) is True
-    assert _check_partial_fit_first_call(est, None) is False
+    class Est(BaseEstimator):
+        _parameter_constraints = {"a": [Interval(numbers.Integral, 1, None, closed="left")]}
+
+        def __init__(self, a=1):
+            self.a = a
+
+        @_fit_context(prefer_skip_nested_validation=True)
+        def fit(self, X=None):
+            self.fitted_ = np.arange(self.a)
+            return self
+
+    assert Est(3).fit().fitted_.tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="'a' parameter of Est"):
+        Est(0).fit()
 
 
 def test_scikit_learn_bound_in_pyproject_admits_the_installed_version():

@@ -151,7 +151,7 @@ def _check_widths(widths, who):
 def _check_local_shards(shards):
     """The widths and column names of the ``(X, y)`` pairs held by the client, compared
     before any work (the others are compared when their ranges or counts come back)."""
-    from sklearn.utils.validation import _get_feature_names
+    from .._sklearn_compat import get_feature_names
 
     widths, names, who = [], [], []
     for i, s in enumerate(shards):
@@ -164,7 +164,7 @@ def _check_local_shards(shards):
         if len(shape) != 2:
             continue
         widths.append(int(shape[1]))
-        names.append(_get_feature_names(s[0]))
+        names.append(get_feature_names(s[0]))
         who.append(f"shard {i}")
     _check_widths(widths, who)
     _agreed_feature_names(names, who, "fit_federated", warn=False)

@@ -37,10 +37,8 @@ from numbers import Integral, Real
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, RealNotInt, StrOptions
-from sklearn.utils._set_output import _get_output_config
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import (
@@ -52,6 +50,7 @@ from .._backend import (
 )
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
+from .._sklearn_compat import Interval, RealNotInt, StrOptions, _fit_context, get_output_config
 from .._typing import Array, ArrayLike
 from ..base import DeviceMixin, reject_time_dtypes, validates_params
 from . import _common, _flyhash_cpu, _flyhash_cuda
@@ -775,7 +774,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
     def _check_frame_output(self):
         """Refuse a DataFrame output of the sparse hash before hashing (scikit-learn would refuse
         it after), naming the output that gives one."""
-        frame = _get_output_config("transform", self)["dense"]
+        frame = get_output_config("transform", self)["dense"]
         if frame != "default" and self.output == "sparse":
             raise ValueError(
                 f"{frame.capitalize()} output does not support sparse data. {type(self).__name__} with "
@@ -829,9 +828,9 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             ``flyhashtransformer0 ...`` (units) or ``flyhashtransformer_byte0 ...``.
         """
         check_is_fitted(self, "_n_features_out")
-        from sklearn.utils.validation import _check_feature_names_in
+        from .._sklearn_compat import check_feature_names_in
 
-        _check_feature_names_in(self, input_features, generate_names=False)
+        check_feature_names_in(self, input_features, generate_names=False)
         prefix = type(self).__name__.lower()
         if self.output == "packed":
             n = (self.n_components_ + 7) // 8

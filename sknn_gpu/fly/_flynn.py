@@ -30,15 +30,15 @@ from numbers import Integral, Real
 from typing import IO
 
 import numpy as np
-from sklearn.base import BaseEstimator, _fit_context
+from sklearn.base import BaseEstimator
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
-from sklearn.utils.multiclass import _check_partial_fit_first_call, check_classification_targets
+from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import array_module, is_cupy_sparse, is_device_array, to_device, to_host
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
+from .._sklearn_compat import Interval, StrOptions, _fit_context, check_partial_fit_first_call
 from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin, reject_time_dtypes, validates_params
 from . import _common, _counts_io, _fly_dask, _flynn_batches, _weights
@@ -720,7 +720,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if classes is not None:
             classes = host_labels(classes, "classes")
             check_classification_targets(classes)
-        _check_partial_fit_first_call(self, classes)
+        check_partial_fit_first_call(self, classes)
         if is_dask_collection(X):
             return _fly_dask.fit(self, X, y, "partial_fit", first=first, sample_weight=sample_weight)
         X = self._validate_X(X, reset=first)

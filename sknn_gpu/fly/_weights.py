@@ -30,9 +30,9 @@ from __future__ import annotations
 from numbers import Real
 
 import numpy as np
-from sklearn.utils.validation import _check_sample_weight
 
 from .._backend import is_device_array, to_device, to_host
+from .._sklearn_compat import check_sample_weight as sklearn_check_sample_weight
 
 __all__ = [
     "WEIGHT_BITS",
@@ -68,7 +68,7 @@ def check_sample_weight(sample_weight, n_samples, allow_all_zero=False):
     w = to_host(sample_weight)
     if isinstance(w, (bool, np.bool_)):
         raise ValueError(f"sample_weight must be a number or an array of numbers, got the bool {w!r}.")
-    w = _check_sample_weight(
+    w = sklearn_check_sample_weight(
         w,
         np.empty((int(n_samples), 0)),
         dtype=np.float64,

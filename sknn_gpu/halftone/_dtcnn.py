@@ -31,10 +31,9 @@ from typing import Any, Literal
 
 import numpy as np
 from numpy.typing import ArrayLike
-from sklearn.base import BaseEstimator, TransformerMixin, _fit_context
+from sklearn.base import BaseEstimator, TransformerMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import (
@@ -45,6 +44,7 @@ from .._backend import (
 )
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
+from .._sklearn_compat import Interval, StrOptions, _fit_context
 from ..base import DeviceMixin, validates_params
 from ._dtcnn_run import bayer_matrix, engine, run
 from ._frames import check_feature_names, check_frame_output, feature_names_in, flat_feature_names

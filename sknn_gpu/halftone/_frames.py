@@ -10,10 +10,10 @@ any work with a message saying what to do.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.utils._set_output import _get_output_config
 
 from .._backend import get_config
 from .._dask import is_dask_collection
+from .._sklearn_compat import get_output_config
 
 __all__ = [
     "frame_output",
@@ -27,7 +27,7 @@ __all__ = [
 def frame_output(est):
     """The container ``transform`` output is configured to (``'pandas'``, ``'polars'``) for
     ``est`` (its ``set_output`` or scikit-learn's global ``transform_output``), or None."""
-    dense = _get_output_config("transform", est)["dense"]
+    dense = get_output_config("transform", est)["dense"]
     return None if dense == "default" else dense
 
 

@@ -23,15 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sklearn.base import BaseEstimator, _fit_context
+from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, StrOptions
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from .._backend import array_module, check_memory, is_device_array, to_device, to_host
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
+from .._sklearn_compat import Interval, StrOptions, _fit_context
 from .._typing import Array, ArrayLike
 from ..base import DeviceMixin, validates_params
 from . import _gbnn_cuda, _gbnn_dask

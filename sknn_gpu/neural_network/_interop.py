@@ -17,6 +17,7 @@ import copy
 from sklearn.neural_network import MLPClassifier
 from sklearn.utils.validation import check_is_fitted
 
+from .._sklearn_compat import sklearn_mlp_optimizers
 from ..base import host_state
 from ._base import Layout, OptimizerState, Solver
 
@@ -85,7 +86,7 @@ def to_sklearn(est):
 
 def _sklearn_optimizer(est, opt):
     """scikit-learn's optimizer object holding the state of our ``opt``."""
-    from sklearn.neural_network._stochastic_optimizers import AdamOptimizer, SGDOptimizer
+    SGDOptimizer, AdamOptimizer = sklearn_mlp_optimizers()
 
     layout = _layout(est)
     params = list(est.coefs_) + list(est.intercepts_)  # shapes and dtype only

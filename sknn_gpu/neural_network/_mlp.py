@@ -51,15 +51,14 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, _fit_context
+from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import accuracy_score
 from sklearn.preprocessing import LabelBinarizer
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import Interval, Options, StrOptions
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.multiclass import _check_partial_fit_first_call, type_of_target, unique_labels
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, column_or_1d
+from sklearn.utils.multiclass import type_of_target, unique_labels
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .._backend import (
     array_module,
@@ -69,6 +68,14 @@ from .._backend import (
 )
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress, family_logger
+from .._sklearn_compat import (
+    Interval,
+    Options,
+    StrOptions,
+    _fit_context,
+    check_partial_fit_first_call,
+    check_sample_weight,
+)
 from ..base import DeviceClassifierMixin, DeviceMixin, validates_params
 from . import _interop
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
@@ -384,7 +391,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """
         saved = self._snapshot()  # a refused or failed call leaves the estimator as it was
         try:
-            if _check_partial_fit_first_call(self, classes):
+            if check_partial_fit_first_call(self, classes):
                 self._label_binarizer = LabelBinarizer()
                 if type_of_target(to_host(y)).startswith("multilabel"):
                     self._label_binarizer.fit(to_host(y))
@@ -640,7 +647,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if sample_weight is not None:  # scikit-learn's check, on the host (n values)
             if is_dask_collection(sample_weight):
                 raise TypeError("sample_weight must be in memory (NumPy or CuPy), not a Dask array.")
-            sample_weight = _check_sample_weight(to_host(sample_weight), host_rows(X))
+            sample_weight = check_sample_weight(to_host(sample_weight), host_rows(X))
             if self._batch_size(n_samples, warn=False) == 1:  # every sample is a minibatch: known now
                 check_batch_weights(sample_weight, 1)
         Y = np.asarray(Y, dtype=dtype)

@@ -17,11 +17,10 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import BaseEstimator, _fit_context
+from sklearn.base import BaseEstimator
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
-from sklearn.utils._param_validation import HasMethods, Interval, StrOptions
-from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from sklearn.utils.validation import check_is_fitted, validate_data
 
 from .._backend import (
     SMALL_WORK_BYTES,
@@ -34,6 +33,8 @@ from .._backend import (
 )
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
+from .._sklearn_compat import HasMethods, Interval, StrOptions, _fit_context
+from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from .._typing import Array, ArrayLike
 from ..base import DeviceMixin, DeviceRegressorMixin, reject_time_dtypes, validates_params
 from ._activations import (
