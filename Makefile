@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: demo examples test test-fast docs docs-check lint format gpu-check gpu-test bench clean
+.PHONY: demo examples test test-fast test-sklearn-oldest docs docs-check lint format gpu-check gpu-test bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,17 @@ test: $(VENV)/.dev-installed
 
 test-fast: $(VENV)/.dev-installed
 	$(BIN)/python -m pytest -q -x -m "not slow"
+
+# the fast tests against the oldest supported scikit-learn (the lower bound in pyproject.toml),
+# in their own environment $(OLDEST_VENV); the sources are the checkout's (python -m pytest)
+OLDEST_VENV ?= .venv-sklearn-oldest
+SKLEARN_OLDEST ?= 1.6
+OLDEST_TESTS ?= tests
+test-sklearn-oldest:
+	test -x $(OLDEST_VENV)/bin/python || $(PYTHON) -m venv $(OLDEST_VENV)
+	$(OLDEST_VENV)/bin/python -m pip install --quiet --disable-pip-version-check ".[test]" "scikit-learn~=$(SKLEARN_OLDEST).0"
+	$(OLDEST_VENV)/bin/python -c "import sklearn; print('scikit-learn', sklearn.__version__)"
+	$(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(OLDEST_TESTS)
 
 # full docs with the gallery executed
 docs: $(VENV)/.dev-installed
@@ -87,4 +98,4 @@ reproduce: $(VENV)/.dev-installed
 	$(BIN)/python benchmarks/reproduce/run_all.py $(if $(QUICK),--quick) --plots $(REPRO_DIR)/plots --out $(REPRO_DIR)/report.md
 
 clean:
-	rm -rf $(VENV) build *.egg-info docs/_build docs/auto_examples docs/generated $(EXAMPLES_OUTPUT)
+	rm -rf $(VENV) $(OLDEST_VENV) build *.egg-info docs/_build docs/auto_examples docs/generated $(EXAMPLES_OUTPUT)
