@@ -1,5 +1,6 @@
 """GPUMLPClassifier: sklearn parity, training behaviour, errors, CPU/GPU parity."""
 
+import inspect
 import logging
 import pickle
 import warnings
@@ -12,6 +13,12 @@ from sklearn.model_selection import train_test_split
 from sklearn.neural_network import MLPClassifier
 
 from sknn_gpu import GPUMLPClassifier
+
+#: scikit-learn's MLPClassifier takes sample_weight from 1.7 on: the reference of the weighted tests
+sklearn_mlp_weights = pytest.mark.skipif(
+    "sample_weight" not in inspect.signature(MLPClassifier.fit).parameters,
+    reason="scikit-learn's MLPClassifier takes sample_weight from 1.7 on (the reference here)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -538,6 +545,7 @@ def _sw_id(kw):
     return "-".join(f"{k}={v}" for k, v in kw.items())
 
 
+@sklearn_mlp_weights
 @pytest.mark.parametrize("kw", SW_SETTINGS, ids=_sw_id)
 def test_sample_weight_matches_sklearn(digits, kw, rng):
     """Weighted loss and gradients exactly as MLPClassifier 1.9 defines them (to rounding)."""
@@ -562,6 +570,7 @@ def test_sample_weight_matches_sklearn(digits, kw, rng):
     assert not np.allclose(plain.coefs_[0], ours.coefs_[0], rtol=1e-6)
 
 
+@sklearn_mlp_weights
 def test_zero_weight_minibatch_is_refused_as_in_sklearn(digits):
     """A minibatch whose weights sum to 0 has no weighted mean: ZeroDivisionError, as scikit-learn."""
     Xtr, _, ytr, _ = digits
@@ -585,6 +594,7 @@ def test_zero_weight_minibatch_is_refused_as_in_sklearn(digits):
     assert not any(k.endswith("_") for k in vars(est))  # a failed first fit leaves it unfitted
 
 
+@sklearn_mlp_weights
 def test_sample_weight_partial_fit_matches_sklearn(digits, rng):
     Xtr, _, ytr, _ = digits
     sw = rng.random(Xtr.shape[0]) + 0.5
