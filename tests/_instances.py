@@ -5,7 +5,8 @@ estimator (small, seeded, fast). ``EXPECTED_FAILED_CHECKS``: every scikit-learn
 common check an estimator is known to fail, with the reason. ``DEFAULT_INSTANCES``:
 the estimators whose checks also run on their defaults (what
 ``check_estimator(cls(device='cpu'))`` sees), with the checks those defaults fail by
-design in ``EXPECTED_FAILED_CHECKS_ON_DEFAULTS``. Each estimator owns its own entries;
+design in ``EXPECTED_FAILED_CHECKS_ON_DEFAULTS`` (on top of the estimator's entries in
+``EXPECTED_FAILED_CHECKS``, which hold for every instance). Each estimator owns its own entries;
 nothing else in the test suite may xfail a common check.
 """
 
@@ -49,6 +50,10 @@ _DTCNN_NOT_ROWS = (
     "rows, so permuting or cropping rows does not permute or crop the halftone"
 )
 _DTCNN_NO_FEATURES = "no n_features_in_: images of any size are accepted; the width is not a feature count"
+# With the checks' inputs rescaled into [0, 1] (an experiment, not a test), every check
+# below passes except five, which then fail for a second by-design reason: the two
+# n_features_in_ checks and check_transformer_general (a transform on an image of another
+# width is accepted: _DTCNN_NO_FEATURES) and the two invariance checks (_DTCNN_NOT_ROWS).
 _DTCNN_XFAIL = {
     name: _DTCNN_RANGE
     for name in (
@@ -61,19 +66,19 @@ _DTCNN_XFAIL = {
         "check_f_contiguous_array_estimator",
         "check_fit2d_1feature",
         "check_fit2d_1sample",
-        "check_fit2d_predict1d",  # 1-D input is refused: test_bad_images_raise_clear_errors
+        "check_fit2d_predict1d",  # 1-D is refused, "Reshape your data": test_one_dimensional_input...
         "check_fit_check_is_fitted",
         "check_fit_idempotent",
         "check_pipeline_consistency",
         "check_readonly_memmap_input",
         "check_transformer_data_not_an_array",
-        "check_transformer_general",
         "check_transformer_n_iter",  # n_iter_: test_async_converges_to_a_fixed_point
         "check_transformer_preserve_dtypes",
     )
 }
 _DTCNN_XFAIL.update(
     {
+        "check_transformer_general": f"{_DTCNN_RANGE}; and then {_DTCNN_NO_FEATURES}",
         "check_methods_sample_order_invariance": _DTCNN_NOT_ROWS,
         "check_methods_subset_invariance": _DTCNN_NOT_ROWS,
         "check_n_features_in": _DTCNN_NO_FEATURES,
@@ -110,7 +115,7 @@ EXPECTED_FAILED_CHECKS = {
 
 
 #: Estimators whose common checks also run on the defaults, ``cls(device='cpu')``.
-DEFAULT_INSTANCES = ("FlyHashTransformer", "FlyNNClassifier")
+DEFAULT_INSTANCES = ("FlyHashTransformer", "FlyNNClassifier", "GBNNMemory", "DTCNNHalftoner")
 
 # Six checks set n_components=1, as for a decomposition, and keep the estimator's other
 # parameters: FlyHash's and FlyNN's default k is a count of winners (32 and 256).
@@ -132,6 +137,11 @@ _FLY_N_COMPONENTS_ONE = (
 EXPECTED_FAILED_CHECKS_ON_DEFAULTS = {
     "FlyHashTransformer": dict.fromkeys(_FLY_N_COMPONENTS_ONE, _FLY_K_OVER_M),
     "FlyNNClassifier": dict.fromkeys(_FLY_N_COMPONENTS_ONE, _FLY_K_OVER_M),
+    # The checks instance differs from the defaults only in random_state=0, so the defaults
+    # fail exactly the checks listed for every instance in EXPECTED_FAILED_CHECKS (GBNN: 7;
+    # DT-CNN: 22 names, 24 results, as two checks run twice), and nothing more.
+    "GBNNMemory": {},
+    "DTCNNHalftoner": {},
 }
 
 

@@ -344,6 +344,17 @@ def test_bad_images_raise_clear_errors(bad, match):
         DTCNNHalftoner(device="cpu").fit(bad)
 
 
+def test_one_dimensional_input_says_how_to_reshape(rng):
+    """1-D input is refused in fit and transform with scikit-learn's "Reshape your data" advice."""
+    row = rng.random(8)
+    with pytest.raises(ValueError, match=r"1 dimension.*Reshape your data.*reshape\(1, -1\)"):
+        DTCNNHalftoner(device="cpu").fit(row)
+    ht = DTCNNHalftoner(device="cpu").fit(rng.random((8, 8)))
+    with pytest.raises(ValueError, match="Reshape your data"):
+        ht.transform(row)
+    assert ht.transform(row.reshape(1, -1)).shape == (1, 8)
+
+
 def test_bad_templates_and_types_raise_clear_errors(rng):
     img = rng.random((10, 10))
     asym = np.zeros((3, 3))

@@ -149,7 +149,14 @@ def image_layout(shape, channel_axis="auto"):
     shape = tuple(int(s) for s in shape)
     ndim = len(shape)
     if ndim not in (2, 3, 4):
-        raise ValueError(f"images must be {_SHAPES}; got an array with {ndim} dimension(s) of shape {shape}.")
+        hint = (
+            " Reshape your data: one row of pixels is X.reshape(1, -1), one column X.reshape(-1, 1)."
+            if ndim == 1
+            else ""
+        )
+        raise ValueError(
+            f"images must be {_SHAPES}; got an array with {ndim} dimension(s) of shape {shape}.{hint}"
+        )
     if 0 in shape:
         what = "0 sample(s)" if shape[0] == 0 else "0 feature(s)"
         raise ValueError(
