@@ -1218,8 +1218,13 @@ def test_output_dtype_none_follows_the_input_as_before(device, rng):
     assert DTCNNHalftoner(device=device).fit_transform(u8).dtype == np.uint8
     as_float = DTCNNHalftoner(device=device, output_dtype="float32").fit_transform(u8)
     np.testing.assert_array_equal(as_float * 255, DTCNNHalftoner(device=device).fit_transform(u8))
-    bits = (img > 0.5).astype(np.int16)  # 0/1 integers: float64 out by default
-    assert DTCNNHalftoner(device=device).fit_transform(bits).dtype == np.float64
+    bits = img > 0.5
+    # 0/1 integers and booleans: float64 out by default (uint16 and bool are output dtypes
+    # only when asked for; the input's own dtype must not pick them)
+    for dtype in (np.int16, np.uint16, np.bool_):
+        out = DTCNNHalftoner(device=device).fit_transform(bits.astype(dtype))
+        assert out.dtype == np.float64, dtype
+        assert set(np.unique(out).tolist()) <= {0.0, 1.0}
 
 
 def test_uint8_output_goes_to_pillow_without_a_cast(tmp_path, rng):

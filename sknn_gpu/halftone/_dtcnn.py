@@ -625,7 +625,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
                 rng,
                 want_energy,
                 first_spacing,
-                X.dtype if requested is None else requested,  # the engines map the input's dtype
+                output_dtype(X.dtype, requested),
                 bar=bar,
                 what=name,
                 device=self.device_,
