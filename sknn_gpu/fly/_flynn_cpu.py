@@ -92,8 +92,13 @@ def count(winners, labels, n_classes, n_components):
     counts : ndarray of int64, shape (n_classes, n_components)
     """
     m = n_components
-    flat = labels.astype(np.int64)[:, None] * m + winners.astype(np.int64)
+    flat = _class_cells(winners, labels, m)
     return np.bincount(flat.ravel(), minlength=n_classes * m).reshape(n_classes, m).astype(np.int64)
+
+
+def _class_cells(winners, labels, m):
+    """Flat index ``label * m + cell`` of every (sample, winner) pair, shape (n, k), int64."""
+    return labels.astype(np.int64)[:, None] * m + winners.astype(np.int64)
 
 
 def weighted_count(winners, labels, weights, n_classes, n_components):
@@ -120,7 +125,7 @@ def weighted_count(winners, labels, weights, n_classes, n_components):
     counts : ndarray of float64, shape (n_classes, n_components)
     """
     m = n_components
-    flat = labels.astype(np.int64)[:, None] * m + winners.astype(np.int64)
+    flat = _class_cells(winners, labels, m)
     w = np.broadcast_to(weights.astype(np.float64)[:, None], flat.shape).ravel()
     return np.bincount(flat.ravel(), weights=w, minlength=n_classes * m).reshape(n_classes, m)
 
