@@ -282,7 +282,7 @@ class DeviceMixin:
     * Parameters are validated at every public method, not only in ``fit``: decorate
       each with :func:`validates_params` (it runs ``_validate_params`` and the
       estimator's ``_cross_check_params`` hook, once per change of the parameters;
-      see :meth:`_check_params`).
+      :func:`check_params` where a method cannot be decorated).
     """
 
     _device_constraints = {"device": [StrOptions({"auto", "cpu", "cuda"})]}
@@ -291,12 +291,6 @@ class DeviceMixin:
     _transient_attributes = ("_device_cache",)
     #: fitted attributes that stay NumPy whatever the device (part of the estimator's contract)
     _host_attributes = ()
-
-    def _check_params(self):
-        """Validate the parameters as they are now (:func:`check_params`); microseconds when
-        they have not changed since the last check. For a method that cannot be decorated
-        with :func:`validates_params`."""
-        check_params(self)
 
     def _device_copy(self, name, device=None):
         """Fitted attribute ``name`` on ``device`` (default ``device_``), cached until refit.

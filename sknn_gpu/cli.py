@@ -357,16 +357,15 @@ def _cmd_halftone(args):
             print(f"{_prog()}: warning: {_one_line(w.message)}", file=sys.stderr)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-    out8 = out
     from .metrics import hvs_psnr
 
     k = channels - (channels in (2, 4))  # halftoned channels (alpha aside)
     colour = (Ellipsis,) if channels == 1 else (Ellipsis, 0) if k == 1 else (Ellipsis, slice(0, k))
-    quality = hvs_psnr(img[colour], out8[colour])
+    quality = hvs_psnr(img[colour], out[colour])
     if len(mode) < channels:  # the format cannot store alpha
-        out8 = out8[colour]
+        out = out[colour]
         print(f"{_prog()}: note: {fmt} cannot store alpha; the alpha channel was dropped", file=sys.stderr)
-    _save(Image, out8, mode, dst, fmt)
+    _save(Image, out, mode, dst, fmt)
     status = "converged" if ht.converged_ else f"stopped at max_iter={args.max_iter}"
     print(
         f"{args.input} {img.shape} -> {args.output}: {args.levels} levels on {ht.device_}, "

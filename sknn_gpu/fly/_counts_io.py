@@ -29,6 +29,7 @@ from sklearn.utils.validation import check_is_fitted
 
 from .._backend import SMALL_WORK_BYTES, check_memory, is_device_array, to_device, to_host
 from .._version import __version__
+from ..base import check_params
 from ._weights import WEIGHT_BITS, on_grid
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "export_counts", "from_counts", "projection_digest"]
@@ -261,8 +262,7 @@ def _params(cls, meta, device):
             f"{params['random_state']!r}."
         )
     est = cls(**params)
-    est._validate_params()  # InvalidParameterError (a ValueError) for a value out of range
-    est._cross_check_params()  # what the constraints cannot say (class weights >= 0, ...)
+    check_params(est)  # constraints and the cross-checks (class weights >= 0, ...): a ValueError
     return est
 
 

@@ -216,35 +216,30 @@ def fit(est, X, y, what, first, sample_weight=None):
 
     The client checks the metadata, gathers the class labels (``fit``) and draws
     the projection; each worker validates and counts its blocks with the
-    in-memory code. The model changes only once the summed counts are back; a
-    ``first`` call that fails leaves the estimator unfitted.
+    in-memory code. The model changes only once the summed counts are back (a call
+    that fails is undone by the estimator's ``keeps_model``).
     """
     d = check_dask_X(est, X, what, reset=first)
     y = aligned(y, X)
     w = None if sample_weight is None else aligned(sample_weight, X, "sample_weight")
-    try:
-        if what == "fit":
-            labels = classes(X, y, w)
-            if labels.size == 0:
-                raise _all_zero()
-            check_classification_targets(labels)
-            est.classes_ = labels
-        if first:
-            low = high = None
-            if getattr(est, "encoding", None) is not None and isinstance(est.input_range, str):
-                low, high = column_range(est, X, w)  # one reduction over the blocks
-            est._set_input_range(low, high)
-            est._init_model(d, 0, caller=what)
-        bar = Progress(est, f"{type(est).__name__}.{what} (dask)", verbose=est.verbose, unit="blocks")
-        total, n, bar.n = counts(est, X, y, what, w)
-        if not first:
-            total = _weights.check_exact(est.counts_ + total, what)
-        est._set_counts(total)
-        bar.close(samples=n, classes=len(est.classes_))
-    except BaseException:
-        if first:
-            est._forget()
-        raise
+    if what == "fit":
+        labels = classes(X, y, w)
+        if labels.size == 0:
+            raise _all_zero()
+        check_classification_targets(labels)
+        est.classes_ = labels
+    if first:
+        low = high = None
+        if getattr(est, "encoding", None) is not None and isinstance(est.input_range, str):
+            low, high = column_range(est, X, w)  # one reduction over the blocks
+        est._set_input_range(low, high)
+        est._init_model(d, 0, caller=what)
+    bar = Progress(est, f"{type(est).__name__}.{what} (dask)", verbose=est.verbose, unit="blocks")
+    total, n, bar.n = counts(est, X, y, what, w)
+    if not first:
+        total = _weights.check_exact(est.counts_ + total, what)
+    est._set_counts(total)
+    bar.close(samples=n, classes=len(est.classes_))
     return est
 
 
