@@ -66,6 +66,12 @@ def _tty():
         return False
 
 
+#: Off a terminal at ``verbose=1``, a long loop logs how far it got at most this often
+#: (seconds), so a long call shows it is alive in a log file; short calls log only their
+#: summary line. Read when a :class:`Progress` is made with ``log_every=True``.
+LOG_EVERY_SECONDS = 5.0
+
+
 class Progress:
     """Report the progress of a loop of ``total`` steps.
 
@@ -81,9 +87,11 @@ class Progress:
         The estimator's ``verbose``; 0 makes every method a no-op.
     unit : str
         Name of one step for the bar.
-    log_every : float or None, default=None
+    log_every : float, True or None, default=None
         Off a terminal at ``verbose=1`` (no bar): log a step line when at least this many
-        seconds passed since the start or the last such line. None: the summary only.
+        seconds passed since the start or the last such line. True: every
+        :data:`LOG_EVERY_SECONDS` (what long loops of the estimators pass). None: the
+        summary only.
 
     Examples
     --------
@@ -98,7 +106,7 @@ class Progress:
     def __init__(self, owner, desc, total=None, verbose=0, unit="it", log_every=None):
         self.verbose = int(verbose or 0)
         self.desc, self.total, self.unit = desc, total, unit
-        self.log_every = log_every
+        self.log_every = LOG_EVERY_SECONDS if log_every is True else log_every
         self.logger = family_logger(owner)
         self.n = 0
         self._bar = None

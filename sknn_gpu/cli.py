@@ -258,7 +258,7 @@ def _progress_without_summary():
 
     The progress comes from the house mechanism (:mod:`sknn_gpu._progress`, through the
     estimator's ``verbose=1``): a bar when stderr is a terminal, else a log line on
-    stderr every ``PROGRESS_LOG_SECONDS`` of a long call (a short one prints nothing). The
+    stderr every ``sknn_gpu._progress.LOG_EVERY_SECONDS`` of a long call (a short one prints nothing). The
     closing summary would repeat the result line this command prints on stdout, so it is
     filtered out of the family logger meanwhile.
     """

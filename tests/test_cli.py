@@ -439,13 +439,11 @@ def test_process_exit_statuses_and_stderr(png, tmp_path):
 # ------------------------------------------------------------------ progress off a terminal
 def test_progress_off_a_terminal_goes_to_the_log_at_a_bounded_rate(png, tmp_path, monkeypatch, caplog):
     """Off a terminal (a batch job, a pipe) a long call logs a progress line at most every
-    PROGRESS_LOG_SECONDS; here the interval is 0, so every sweep is logged. The closing
+    LOG_EVERY_SECONDS; here the interval is 0, so every sweep is logged. The closing
     summary is still held back (the result line on stdout says it all)."""
     import logging
 
-    import sknn_gpu.halftone._dtcnn as dtcnn_module
-
-    monkeypatch.setattr(dtcnn_module, "PROGRESS_LOG_SECONDS", 0.0)
+    monkeypatch.setattr("sknn_gpu._progress.LOG_EVERY_SECONDS", 0.0)
     term = _Terminal(False)
     monkeypatch.setattr(sys, "stderr", term)
     with caplog.at_level(logging.INFO, logger="sknn_gpu"):

@@ -447,8 +447,8 @@ def test_a_projection_drawn_in_blocks_reports_each(caplog):
 
 
 def test_a_long_draw_logs_how_far_it_got_off_a_terminal(caplog, monkeypatch):
-    """verbose=1 with no terminal (a log file, a batch job): a line every PROGRESS_LOG_SECONDS."""
-    monkeypatch.setattr("sknn_gpu.fly._common.PROGRESS_LOG_SECONDS", 0.0)  # every block is "long"
+    """verbose=1 with no terminal (a log file, a batch job): a line every LOG_EVERY_SECONDS."""
+    monkeypatch.setattr("sknn_gpu._progress.LOG_EVERY_SECONDS", 0.0)  # every block is "long"
     X = np.random.default_rng(0).random((2, WIDE))
     with caplog.at_level(logging.INFO, logger="sknn_gpu"):
         _flyhash(n_components=40_000, verbose=1).fit(X).transform(X[:1])
@@ -458,7 +458,7 @@ def test_a_long_draw_logs_how_far_it_got_off_a_terminal(caplog, monkeypatch):
     )
     assert any(m.startswith("FlyHashTransformer.transform 1/1 rows after ") for m in msgs)
     caplog.clear()
-    monkeypatch.setattr("sknn_gpu.fly._common.PROGRESS_LOG_SECONDS", 3600.0)
+    monkeypatch.setattr("sknn_gpu._progress.LOG_EVERY_SECONDS", 3600.0)
     with caplog.at_level(logging.INFO, logger="sknn_gpu"):
         _flyhash(n_components=40_000, verbose=1).fit(X)
     assert not any(" after " in r.getMessage() for r in caplog.records)  # a short call: the summary only

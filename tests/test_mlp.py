@@ -1098,11 +1098,10 @@ def test_dates_and_time_spans_are_refused_naming_the_dtype(digits, dtype):
 
 def test_verbose_one_logs_progress_lines_off_a_terminal(monkeypatch, digits, caplog):
     import sknn_gpu._progress as prog
-    from sknn_gpu.neural_network import _mlp
 
     Xtr, _, ytr, _ = digits
     monkeypatch.setattr(prog, "_tty", lambda: False)
-    monkeypatch.setattr(_mlp, "PROGRESS_LOG_SECONDS", 0.0)  # here: a line per epoch
+    monkeypatch.setattr("sknn_gpu._progress.LOG_EVERY_SECONDS", 0.0)  # here: a line per epoch
     with caplog.at_level(logging.INFO, logger="sknn_gpu.neural_network"):
         GPUMLPClassifier((8,), max_iter=3, verbose=1, random_state=0, device="cpu").fit(Xtr, ytr)
     steps = [r.getMessage().split(" after ")[0] for r in caplog.records if " after " in r.getMessage()]

@@ -897,10 +897,9 @@ def test_verbose_one_logs_progress_lines_off_a_terminal(monkeypatch, rng, caplog
     import logging
 
     import sknn_gpu._progress as prog
-    from sknn_gpu.sparse import _sparsenet
 
     monkeypatch.setattr(prog, "_tty", lambda: False)
-    monkeypatch.setattr(_sparsenet, "PROGRESS_LOG_SECONDS", 0.0)  # here: a line per epoch
+    monkeypatch.setattr("sknn_gpu._progress.LOG_EVERY_SECONDS", 0.0)  # here: a line per epoch
     X = rng.standard_normal((40, 3))
     params = dict(hidden_layer_sizes=(4,), max_iter=3, n_prune_steps=1, fine_tune_iter=2, random_state=0)
     with caplog.at_level(logging.INFO, logger="sknn_gpu.sparse"):

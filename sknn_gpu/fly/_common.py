@@ -30,7 +30,6 @@ from ..base import reject_time_dtypes
 
 __all__ = [
     "HASH_PARAMS",
-    "PROGRESS_LOG_SECONDS",
     "label_kind",
     "host_labels",
     "encode_labels",
@@ -44,8 +43,6 @@ __all__ = [
 
 #: The FlyHash parameters a FlyNNClassifier forwards to its FlyHashTransformer.
 HASH_PARAMS = ("n_components", "expansion_factor", "n_connections", "connection_sparsity", "k")
-#: Off a terminal at ``verbose=1``, a long loop logs how far it got at most this often (seconds).
-PROGRESS_LOG_SECONDS = 5.0
 
 
 # --------------------------------------------------------------------------- #

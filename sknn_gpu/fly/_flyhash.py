@@ -53,7 +53,7 @@ from .._progress import Progress
 from .._sklearn_compat import Interval, RealNotInt, StrOptions, _fit_context, get_output_config
 from .._typing import Array, ArrayLike
 from ..base import DeviceMixin, reject_time_dtypes, validates_params
-from . import _common, _flyhash_cpu, _flyhash_cuda
+from . import _flyhash_cpu, _flyhash_cuda
 from ._common import (
     HASH_PARAMS,
     check_dask_X,
@@ -626,7 +626,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
                 m,
                 owner.verbose,
                 unit="units",
-                log_every=_common.PROGRESS_LOG_SECONDS,
+                log_every=True,
             )
         step = None if bar is None else bar.update
         start = _generator_state(rng)  # what a pickle keeps instead of the projection
@@ -799,7 +799,7 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
             n,
             self.verbose,
             unit="rows",
-            log_every=_common.PROGRESS_LOG_SECONDS,
+            log_every=True,
         )
         progress = bar.update if self.verbose else None
         precision = getattr(self, "precision", "exact")

@@ -41,7 +41,7 @@ from .._progress import Progress
 from .._sklearn_compat import Interval, StrOptions, _fit_context, check_partial_fit_first_call
 from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin, reject_time_dtypes, validates_params
-from . import _common, _counts_io, _fly_dask, _flynn_batches, _weights
+from . import _counts_io, _fly_dask, _flynn_batches, _weights
 from ._common import (
     HASH_PARAMS,
     check_fitted_params,
@@ -594,7 +594,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             n_batches,
             self.verbose,
             unit="batches",
-            log_every=_common.PROGRESS_LOG_SECONDS,
+            log_every=True,
         )
 
     def _batch_winners(self, X, bar=None):

@@ -65,10 +65,6 @@ __all__ = ["DTCNNHalftoner", "bayer_matrix"]
 
 #: Default colour-class spacing of the first sweep (see ``first_sweep_spacing``).
 FIRST_SWEEP_SPACING = 30
-#: Off a terminal (no progress bar), ``verbose=1`` logs a progress line at most this often
-#: (seconds), so a long call shows it is alive in a log file; shorter calls log only
-#: their summary line.
-PROGRESS_LOG_SECONDS = 5.0
 
 
 class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
@@ -610,7 +606,7 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
                 total=int(self.max_iter) if single else stk.shape[0],
                 verbose=self.verbose,
                 unit="sweeps" if single else "images",
-                log_every=PROGRESS_LOG_SECONDS,
+                log_every=True,
             )
         try:
             out, info = run(

@@ -86,9 +86,6 @@ from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
 
-#: Seconds between progress lines of ``fit`` at ``verbose=1`` off a terminal (no bar).
-PROGRESS_LOG_SECONDS = 5.0
-
 
 # ---------------------------------------------------------------------------- Dask shapes
 def _label_shape(est, X):
@@ -753,7 +750,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             1 if incremental else self.max_iter,
             self.verbose,
             "epochs",
-            log_every=PROGRESS_LOG_SECONDS,
+            log_every=True,
         )
         try:
             self.n_iter_ = 0

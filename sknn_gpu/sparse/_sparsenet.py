@@ -64,10 +64,6 @@ Y_MAX = 1e100
 #: Node values per predict chunk (bytes): predictions run in row chunks of at most this.
 PREDICT_CHUNK_BYTES = 256 << 20
 
-#: Seconds between progress lines of a training phase at ``verbose=1`` off a terminal (a
-#: wide dense phase steps n_features * hidden weights per minibatch and may run for minutes).
-PROGRESS_LOG_SECONDS = 5.0
-
 
 # --------------------------------------------------------------------------- the estimator
 def _plan_widths(g):
@@ -846,7 +842,7 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
             n_epochs,
             self.verbose,
             "epochs",
-            log_every=PROGRESS_LOG_SECONDS,
+            log_every=True,  # a wide dense phase may run for minutes
         )
         for _epoch in range(n_epochs):
             order = rng.permutation(n)
