@@ -18,7 +18,6 @@ It sits below the estimator (``_flynn``), which passes itself or its class in.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import zipfile
@@ -30,6 +29,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import SMALL_WORK_BYTES, check_memory, is_device_array, to_device, to_host
 from .._version import __version__
 from ..base import check_params
+from ._flyhash import _projection_digest
 from ._weights import WEIGHT_BITS, on_grid
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "export_counts", "from_counts", "projection_digest"]
@@ -54,13 +54,8 @@ _META_KEYS = {
 
 
 def projection_digest(hasher):
-    """SHA-256 (hex) of a fitted hash's projection: its shape and connections."""
-    comp = hasher.components_
-    h = hashlib.sha256()
-    h.update(np.asarray(comp.shape, dtype=np.int64).tobytes())
-    h.update(np.asarray(to_host(comp.indptr), dtype=np.int64).tobytes())
-    h.update(np.asarray(to_host(comp.indices), dtype=np.int64).tobytes())
-    return h.hexdigest()
+    """SHA-256 (hex) of a fitted hash's projection (the digest its pickles carry too)."""
+    return _projection_digest(hasher.components_)
 
 
 def _json_value(name, value):

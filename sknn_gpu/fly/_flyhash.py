@@ -47,6 +47,7 @@ from .._backend import (
     check_memory,
     is_cupy_sparse,
     is_device_array,
+    to_host,
 )
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
@@ -196,10 +197,11 @@ def _generator(state):
 
 
 def _projection_digest(components):
-    """SHA-256 (hex) of a projection: its shape, index dtype and connections, in order."""
+    """SHA-256 (hex) of a projection (SciPy or cupyx CSR): its shape, index dtype and
+    connections, in order. Pickles and the count files of :mod:`._counts_io` both use it."""
     h = hashlib.sha256()
-    h.update(repr((components.shape, components.indices.dtype.str)).encode())
-    h.update(np.ascontiguousarray(components.indices))
+    h.update(repr((tuple(components.shape), components.indices.dtype.str)).encode())
+    h.update(np.ascontiguousarray(to_host(components.indices)))
     return h.hexdigest()
 
 
