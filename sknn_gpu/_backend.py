@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - Windows
     resource = None
 
 __all__ = [
+    "take_rows",
     "VALID_DEVICES",
     "InsufficientMemoryError",
     "cuda_available",
@@ -270,6 +271,12 @@ def to_device(x: Any, device: str) -> Any:
             x = x.astype(np.float64)  # integers are exact in float64 up to 2**53
         return {"csr": csp.csr_matrix, "csc": csp.csc_matrix, "coo": csp.coo_matrix}[x.format](x)
     return cupy.asarray(x)
+
+
+def take_rows(X: Any, rows: Any) -> Any:
+    """Rows ``rows`` (host integer indices) of NumPy, SciPy CSR, CuPy or cupyx CSR data;
+    the indices go to the GPU first for device data."""
+    return X[to_device(rows, "cuda")] if is_device_array(X) else X[rows]
 
 
 def to_host(x: Any) -> Any:

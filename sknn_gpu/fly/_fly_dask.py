@@ -30,7 +30,7 @@ import numpy as np
 from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
 
-from .._backend import to_device, to_host
+from .._backend import take_rows, to_device, to_host
 from .._dask import is_dask_collection, row_blocks, tree_reduce
 from .._progress import Progress
 from . import _encoding, _weights
@@ -58,7 +58,7 @@ def _block_range(shell, X, w=None):
         if rows is not None:
             if rows.size == 0:
                 return None
-            Xv = _weights.take_rows(Xv, rows)
+            Xv = take_rows(Xv, rows)
     return _encoding.column_range(Xv)
 
 
@@ -174,7 +174,7 @@ def _block_counts(shell, what, X, y, w=None):
     if rows is not None:
         if rows.size == 0:
             return np.zeros((len(shell.classes_), shell.n_components_), dtype=np.int64), n, 0.0
-        Xv, labels, weights = _weights.take_rows(Xv, rows), labels[rows], weights[rows]
+        Xv, labels, weights = take_rows(Xv, rows), labels[rows], weights[rows]
     y_idx = shell._encode_y(labels, labels.shape[0])
     _weights.check_totals(weights, y_idx, len(shell.classes_), what)
     return to_host(shell._count(Xv, y_idx, weights=weights)), n, float(weights.sum())

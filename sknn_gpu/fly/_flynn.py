@@ -35,7 +35,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, validate_data
 
-from .._backend import array_module, is_cupy_sparse, is_device_array, to_device, to_host
+from .._backend import array_module, is_cupy_sparse, is_device_array, take_rows, to_device, to_host
 from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._sklearn_compat import Interval, StrOptions, _fit_context, check_partial_fit_first_call
@@ -616,7 +616,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         weights = _weights.check_sample_weight(sample_weight, X.shape[0])
         rows = _weights.nonzero_rows(weights)
         if rows is not None:
-            X, y, weights = _weights.take_rows(X, rows), y[rows], weights[rows]
+            X, y, weights = take_rows(X, rows), y[rows], weights[rows]
         return X, y, weights
 
     # ------------------------------------------------------------------ #

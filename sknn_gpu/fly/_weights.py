@@ -17,7 +17,7 @@ so a factor on a class's counts would cancel) it still tilts the decision toward
 heavier classes. The counts stay free of it, so merges stay exact for any class weights,
 ``'balanced'`` included (it reads each class's total weight from the counts).
 
-:func:`check_sample_weight` validates and rounds; :func:`nonzero_rows`, :func:`take_rows`,
+:func:`check_sample_weight` validates and rounds; :func:`nonzero_rows`,
 :func:`is_whole`, :func:`check_totals`, :func:`check_exact` and :func:`on_grid` serve
 the estimator, its Dask adapter, the federation and the exchange format;
 :func:`class_factors` gives the per-class factors of ``class_weight``.
@@ -31,7 +31,7 @@ from numbers import Real
 
 import numpy as np
 
-from .._backend import is_device_array, to_device, to_host
+from .._backend import to_host
 from .._sklearn_compat import check_sample_weight as sklearn_check_sample_weight
 
 __all__ = [
@@ -39,7 +39,6 @@ __all__ = [
     "EXACT_LIMIT",
     "check_sample_weight",
     "nonzero_rows",
-    "take_rows",
     "is_whole",
     "check_totals",
     "check_exact",
@@ -96,12 +95,6 @@ def nonzero_rows(weights):
     """Indices (host int64) of the samples whose weight is not 0, or None when none is 0."""
     keep = weights > 0
     return None if keep.all() else np.flatnonzero(keep)
-
-
-def take_rows(X, rows):
-    """The rows ``rows`` (host int64 indices) of a validated ``X``: NumPy, SciPy CSR, CuPy or
-    cupyx CSR (the indices go to the GPU first)."""
-    return X[to_device(rows, "cuda")] if is_device_array(X) else X[rows]
 
 
 def is_whole(weights):

@@ -25,7 +25,8 @@ import scipy.sparse as sp
 from sklearn.model_selection import train_test_split
 from sklearn.utils.validation import validate_data
 
-from .._backend import array_module, get_xp, is_cupy_sparse, is_device_array, to_device, to_host
+from .._backend import array_module, get_xp, is_cupy_sparse, is_device_array, to_host
+from .._backend import take_rows as backend_take_rows
 from .._dask import is_dask_collection
 from ..base import reject_time_dtypes
 
@@ -94,9 +95,7 @@ def take_rows(X, idx):
     """Rows ``idx`` (host indices) of NumPy, CuPy, SciPy sparse or :class:`CSRRows` data."""
     if isinstance(X, CSRRows):
         return X.take(idx)
-    if is_device_array(X):
-        return X[to_device(idx, "cuda")]
-    return X[idx]
+    return backend_take_rows(X, idx)
 
 
 def validation_split(X, Y, sample_weight, test_size, random_state, stratify):
