@@ -28,6 +28,9 @@ from ._sklearn_compat import StrOptions
 from ._version import __version__
 
 __all__ = [
+    "keeps_model",
+    "restore_state",
+    "snapshot_state",
     "DeviceMixin",
     "DeviceClassifierMixin",
     "DeviceRegressorMixin",
@@ -206,6 +209,41 @@ def validates_params(method):
     def wrapper(self, *args, **kwargs):
         check_params(self)
         return method(self, *args, **kwargs)
+
+    return wrapper
+
+
+def snapshot_state(est):
+    """A record of ``est``'s instance state that :func:`restore_state` puts back whole.
+
+    Fitted attributes are replaced by a fit, never written into, so a shallow copy of the
+    instance dictionary is the record; what estimators change in place is copied too: lists
+    (loss curves are appended to) and the cache of device copies.
+    """
+    saved = {k: list(v) if isinstance(v, list) else v for k, v in est.__dict__.items()}
+    if "_device_cache" in saved:
+        saved["_device_cache"] = dict(saved["_device_cache"])
+    return saved
+
+
+def restore_state(est, saved):
+    """Put back the state :func:`snapshot_state` recorded (and nothing else)."""
+    est.__dict__.clear()
+    est.__dict__.update(saved)
+
+
+def keeps_model(method):
+    """Decorator: when ``method`` (``fit`` or ``partial_fit``) raises, the estimator is put
+    back as it was before the call (its fitted model, or unfitted), instead of half changed."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        saved = snapshot_state(self)
+        try:
+            return method(self, *args, **kwargs)
+        except BaseException:
+            restore_state(self, saved)
+            raise
 
     return wrapper
 

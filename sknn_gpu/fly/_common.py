@@ -9,8 +9,6 @@
 * :func:`fitted_params`, :func:`check_fitted_params`: the parameters a fitted model
   depends on, recorded at fit and compared at every later call (a change is refused).
 * :func:`refuse_bools`: a bool where a count or a fraction belongs is refused.
-* :func:`keeps_model`: a decorator for ``fit``/``partial_fit`` that puts the estimator
-  back as it was when the call fails.
 
 It sits below the estimators (``_flyhash``, ``_flynn``), the Dask adapter
 (``_fly_dask``) and the federation (``_federated``), so that they share these
@@ -38,7 +36,6 @@ __all__ = [
     "check_fitted_params",
     "fitted_method",
     "refuse_bools",
-    "keeps_model",
 ]
 
 #: The FlyHash parameters a FlyNNClassifier forwards to its FlyHashTransformer.
@@ -246,26 +243,3 @@ def refuse_bools(est, names):
             raise ValueError(
                 f"{type(est).__name__}'s parameter {name} must be a number, got the bool {value!r}."
             )
-
-
-def keeps_model(method):
-    """Decorator: when ``method`` (``fit`` or ``partial_fit``) raises, the estimator is put
-    back as it was before the call (its fitted model, or unfitted), instead of half changed.
-
-    Fitted attributes are replaced by a fit, never written into, so a shallow copy of the
-    instance dictionary (and of its cache of device copies) is the whole record.
-    """
-
-    @functools.wraps(method)
-    def wrapper(self, *args, **kwargs):
-        saved = dict(self.__dict__)
-        if "_device_cache" in saved:
-            saved["_device_cache"] = dict(saved["_device_cache"])
-        try:
-            return method(self, *args, **kwargs)
-        except BaseException:
-            self.__dict__.clear()
-            self.__dict__.update(saved)
-            raise
-
-    return wrapper

@@ -53,14 +53,13 @@ from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._sklearn_compat import Interval, RealNotInt, StrOptions, _fit_context, get_output_config
 from .._typing import Array, ArrayLike
-from ..base import DeviceMixin, reject_time_dtypes, validates_params
+from ..base import DeviceMixin, keeps_model, reject_time_dtypes, validates_params
 from . import _flyhash_cpu, _flyhash_cuda
 from ._common import (
     HASH_PARAMS,
     check_dask_X,
     fitted_method,
     fitted_params,
-    keeps_model,
     refuse_bools,
 )
 from ._wta import wta

@@ -40,7 +40,7 @@ from .._dask import dask_rows, is_dask_collection
 from .._progress import Progress
 from .._sklearn_compat import Interval, StrOptions, _fit_context, check_partial_fit_first_call
 from .._typing import Array, ArrayLike
-from ..base import DeviceClassifierMixin, DeviceMixin, reject_time_dtypes, validates_params
+from ..base import DeviceClassifierMixin, DeviceMixin, keeps_model, reject_time_dtypes, validates_params
 from . import _counts_io, _fly_dask, _flynn_batches, _weights
 from ._common import (
     HASH_PARAMS,
@@ -49,7 +49,6 @@ from ._common import (
     fitted_method,
     fitted_params,
     host_labels,
-    keeps_model,
     refuse_bools,
 )
 from ._encoding import ENCODING_WIDTH, input_range

@@ -76,7 +76,7 @@ from .._sklearn_compat import (
     check_partial_fit_first_call,
     check_sample_weight,
 )
-from ..base import DeviceClassifierMixin, DeviceMixin, validates_params
+from ..base import DeviceClassifierMixin, DeviceMixin, restore_state, snapshot_state, validates_params
 from . import _interop
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
 from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
@@ -591,7 +591,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """The instance state to put back when a call fails: what training changes in place
         (the loss and validation curves, the optimizer's learning rate, step count and
         moments) is copied; the weights are replaced, never written into."""
-        saved = {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
+        saved = snapshot_state(self)
         opt = saved.get("_optimizer")
         if opt is not None:
             saved["_optimizer"] = dataclasses.replace(
@@ -602,8 +602,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         return saved
 
     def _restore(self, saved):
-        self.__dict__.clear()
-        self.__dict__.update(saved)
+        restore_state(self, saved)
 
     def _fit(self, X, y, incremental, sample_weight=None, saved=None):
         saved = self._snapshot() if saved is None else saved

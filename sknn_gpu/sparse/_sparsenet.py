@@ -36,7 +36,7 @@ from .._progress import Progress
 from .._sklearn_compat import HasMethods, Interval, StrOptions, _fit_context
 from .._sklearn_compat import check_sample_weight as _check_sample_weight
 from .._typing import Array, ArrayLike
-from ..base import DeviceMixin, DeviceRegressorMixin, reject_time_dtypes, validates_params
+from ..base import DeviceMixin, DeviceRegressorMixin, keeps_model, reject_time_dtypes, validates_params
 from ._activations import (
     ACTIVATIONS,
     CODE_TO_NAME,
@@ -678,17 +678,9 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                 "not Dask arrays (predict and score take Dask arrays; fit on a sample, or on "
                 "X.compute())."
             )
-        # lists (the loss curve) are appended to in place: keep copies, not the same objects
-        saved = {k: list(v) if isinstance(v, list) else v for k, v in self.__dict__.items()}
-        try:
-            return self._fit_checked(X, y, incremental, sample_weight)
-        except BaseException:
-            # a fit that fails part-way (out of memory, interrupted) leaves no half-trained
-            # model behind: the estimator is as it was before the call
-            self.__dict__.clear()
-            self.__dict__.update(saved)
-            raise
+        return self._fit_checked(X, y, incremental, sample_weight)
 
+    @keeps_model  # a fit that fails part-way (out of memory, interrupted) leaves no half-trained model
     def _fit_checked(self, X, y, incremental, sample_weight):
         fitted = hasattr(self, "graph_")
         first = not fitted or (not incremental and not self.warm_start)
