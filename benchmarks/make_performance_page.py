@@ -25,6 +25,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _results beside this script
+from _results import TIME, cells, seconds  # noqa: E402
+
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10: the same parser as the tomli package (a pytest dependency there)
@@ -36,8 +39,7 @@ MANIFEST = RESULTS / "manifest.toml"
 PAGE = ROOT / "docs" / "performance.md"
 MAX_LINES = 500
 
-UNITS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-TIME = re.compile(r"([0-9][0-9,]*(?:\.[0-9]+)?)\s*(ns|µs|us|ms|s)\b")
+TIME_RE = re.compile(TIME + r"\b")
 COLUMNS = ["workload", "ours", "strongest peer", "ours / peer", "physical floor", "device", "date", "command"]
 
 
@@ -47,13 +49,13 @@ class ManifestError(ValueError):
 
 def parse_time(text):
     """Seconds of the first ``<number> <unit>`` in ``text`` (None when there is none)."""
-    m = TIME.search(text or "")
-    return float(m.group(1).replace(",", "")) * UNITS[m.group(2)] if m else None
+    m = TIME_RE.search(text or "")
+    return seconds(m.group(1), m.group(2)) if m else None
 
 
 def first_time(text):
     """The first ``<number> <unit>`` of ``text`` as printed, or None."""
-    m = TIME.search(text or "")
+    m = TIME_RE.search(text or "")
     return m.group(0) if m else None
 
 
@@ -104,10 +106,6 @@ class Output:
         return hits[0]
 
 
-def _cells(line):
-    return [c.strip() for c in line.strip().strip("|").split("|")]
-
-
 def read_output(rel):
     """Parse ``benchmarks/results/<rel>``: the ``_date · host · device · ..._`` line and every
     ``###`` table (warnings printed between tables are skipped)."""
@@ -128,11 +126,11 @@ def read_output(rel):
         elif current is None:
             continue
         elif line.startswith("|"):
-            cells = _cells(line)
+            row = cells(line)
             if not current.header:
-                current.header, in_table = cells, True
+                current.header, in_table = row, True
             elif in_table and not set(line.replace("|", "").strip()) <= set("-: "):
-                current.rows.append(cells)
+                current.rows.append(row)
         else:
             in_table = False if current.header else in_table
             if line.strip() and current.header:

@@ -22,14 +22,16 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _results beside this script
+from _results import TIME, cells, seconds  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
-UNITS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
 def parse_time(text):
     """Seconds from a table cell such as ``27.20 ms`` (None for '—' or anything else)."""
-    m = re.fullmatch(r"\s*([0-9][0-9,]*\.?[0-9]*)\s*(ns|µs|us|ms|s)\s*", text)
-    return float(m.group(1).replace(",", "")) * UNITS[m.group(2)] if m else None
+    m = re.fullmatch(r"\s*" + TIME + r"\s*", text)
+    return seconds(m.group(1), m.group(2)) if m else None
 
 
 def tables(path):
@@ -40,11 +42,11 @@ def tables(path):
             title, header = line[4:].strip(), None
             out[title] = []
         elif line.startswith("|") and title is not None:
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            row = cells(line)
             if header is None:
-                header = cells
+                header = row
             elif not set(line.replace("|", "").strip()) <= set("-: "):
-                out[title].append(dict(zip(header, cells, strict=False)))
+                out[title].append(dict(zip(header, row, strict=False)))
     return out
 
 

@@ -21,11 +21,12 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _results beside this script
+from _results import TIME, cells, seconds  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 OUT = ROOT / "docs" / "_static" / "summary.png"
-UNITS = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
-TIME = r"([0-9][0-9,]*\.?[0-9]*)\s*(ns|µs|us|ms|s)"
 PEER_LINE = re.compile(
     r"^Strongest peer(?: \((?P<cls>[^)]+)\))?: (?P<name>.+) \((?:cpu|cuda)\), " + TIME + r"\.$"
 )
@@ -71,7 +72,7 @@ MLP_WORKLOADS = [
 def parse_time(text):
     """Seconds from a cell such as ``27.20 ms``, or None (``—``, or a cell with more text)."""
     m = re.fullmatch(r"\s*" + TIME + r"(\s*\(.*\))?\s*", text)
-    return float(m.group(1).replace(",", "")) * UNITS[m.group(2)] if m else None
+    return seconds(m.group(1), m.group(2)) if m else None
 
 
 def sections(path):
@@ -87,14 +88,14 @@ def sections(path):
         elif cur is None:
             continue
         elif line.startswith("|"):
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            row = cells(line)
             if cur["header"] is None:
-                cur["header"] = cells
-            elif not set("".join(cells)) <= set("-: "):
-                cur["rows"].append(cells)
+                cur["header"] = row
+            elif not set("".join(row)) <= set("-: "):
+                cur["rows"].append(row)
         elif m := PEER_LINE.match(line.strip()):
-            seconds = float(m.group(3).replace(",", "")) * UNITS[m.group(4)]
-            cur["peers"][m.group("cls")] = (m.group("name"), seconds)
+            peer_s = seconds(m.group(3), m.group(4))
+            cur["peers"][m.group("cls")] = (m.group("name"), peer_s)
     return out
 
 
