@@ -78,7 +78,7 @@ def initial_state(U, Zu, thr, m, xp):
 
 #: Largest value of the unsigned integer output dtypes: level ``k`` of ``m`` is
 #: ``round(top k / (m - 1))``.
-_UINT_TOP = {np.dtype(np.uint8): 255, np.dtype(np.uint16): 65535}
+UINT_TOP = {np.dtype(np.uint8): 255, np.dtype(np.uint16): 65535}
 
 
 def state_to_output(Z, m, dtype, xp):
@@ -91,7 +91,7 @@ def state_to_output(Z, m, dtype, xp):
     """
     k = (Z.astype(np.int32) // 512 + (m - 1)) // 2
     dtype = np.dtype(dtype)
-    top = _UINT_TOP.get(dtype)
+    top = UINT_TOP.get(dtype)
     if top is not None:
         return ((k * (2 * top) + (m - 1)) // (2 * (m - 1))).astype(dtype)
     if dtype == np.bool_:

@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import array_module, is_device_array
+from ._fixed_point import UINT_TOP
 
 __all__ = [
     "Layout",
@@ -343,8 +344,7 @@ def convert_intensity(a, dtype):
         return a.astype(dtype)
     if dtype == a.dtype:
         return a
-    top = {np.dtype(np.uint8): 255.0, np.dtype(np.uint16): 65535.0}[dtype]
-    return xp.rint(a.astype(np.float64) * (top / scale)).astype(dtype)
+    return xp.rint(a.astype(np.float64) * (UINT_TOP[dtype] / scale)).astype(dtype)
 
 
 def halftone_bytes(lay, dtype, device, input_on_device=False, energy=True, out_dtype=None):
