@@ -571,11 +571,34 @@ def test_verbose_zero_is_silent_and_gives_the_engines_no_callback(caplog, monkey
         mem.partial_fit(msgs[:5])
         mem.retrieve(_erase(msgs, 2, rng), decoding="serial")
     assert _memory_lines(caplog) == []
-    # fit, its load check (a retrieval of a sample of the messages), partial_fit, its
-    # load check, retrieve: none with a callback
-    assert callbacks == [None] * 5
+    # fit, its load check (a retrieval of a sample of the messages), partial_fit (55 messages:
+    # not yet twice the 50 measured, so no retrieval), retrieve: none with a callback
+    assert callbacks == [None] * 4
     mem.set_params(verbose=1).predict(msgs)
     assert callable(callbacks[-1])
+
+
+def test_partial_fit_measures_the_load_once_the_memory_has_doubled(monkeypatch, rng):
+    """The measured load check costs a retrieval: fit measures, partial_fit only once the
+    memory holds twice the messages it held at the last measurement."""
+    retrievals = []
+    real = _gbnn_cpu.retrieve
+
+    def spy(*args, **kwargs):
+        retrievals.append(args[1].shape[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_gbnn_cpu, "retrieve", spy)
+    msgs = rng.integers(0, 64, size=(200, 5))
+    mem = GBNNMemory(cluster_size=64, device="cpu", random_state=0).fit(msgs[:40])
+    assert retrievals == [40]
+    for lo, hi in ((40, 60), (60, 79)):  # 60 and 79 messages: fewer than 80
+        mem.partial_fit(msgs[lo:hi])
+    assert retrievals == [40]
+    mem.partial_fit(msgs[79:81])  # 81 >= 2 * 40: measured on this batch
+    assert retrievals == [40, 2]
+    mem.fit(msgs[:10])  # a new fit measures again, whatever came before
+    assert retrievals == [40, 2, 10]
 
 
 def test_verbose_1_logs_one_summary_line_per_call(caplog, rng):

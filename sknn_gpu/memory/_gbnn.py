@@ -217,7 +217,10 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
     which :func:`erasure_error_rate` for one erasure reaches 10% for random messages,
     ``(1 - 0.9^(1/(L-1)))^(1/(C-1))`` (0.25 for ``C=5, L=26``; 0.57 for the paper's
     ``C=16, L=512``); (2) the measured rate on up to 256 of the call's messages, each
-    with one symbol erased (the same integer computation on both devices).
+    with one symbol erased (the same integer computation on both devices), measured by
+    every ``fit`` and by a ``partial_fit`` once the memory holds twice the messages it
+    held at the last measurement (a retrieval per streamed batch would cost more than
+    storing it).
     One erasure is the easiest probe: more erasures fail sooner, so past this point
     completions are mostly guesses. The second measure catches correlated data
     (words, images), which loads a memory at a much lower density than random
@@ -556,9 +559,14 @@ class GBNNMemory(DeviceMixin, BaseEstimator):
         if limit is None:
             return
         rate, k = None, 0
-        if X is not None and X.shape[0]:
+        # measured by fit, and by partial_fit once the memory has doubled since the last
+        # measurement: a retrieval of up to LOAD_SAMPLE probes per streamed batch would cost
+        # more than storing small batches (the density check below is free and runs always)
+        due = what == "fit" or self.n_messages_seen_ >= 2 * getattr(self, "_load_measured_at", 0)
+        if X is not None and X.shape[0] and due:
             try:
                 rate, k = self._single_erasure_ambiguity(X)
+                self._load_measured_at = self.n_messages_seen_
             except MemoryError:  # the memory is stored: a check that does not fit is skipped
                 pass
         over = self.density_ > limit
