@@ -9,19 +9,188 @@ row blocks are skipped (they give empty results, never an error). A Dask array s
 along the feature axis is refused with a message that says how to rechunk: each row
 needs all its features at once.
 
+Row blocks too small to pay for a task are merged first (:func:`merge_rows`): adjacent
+blocks, order kept, to about :func:`block_bytes` each, so the results are those of the
+blocks as given (and of one in-memory call); the environment variable
+``SKNN_GPU_DASK_BLOCK_BYTES`` sets the target, ``0`` keeps the blocks as given.
+
 Importing this module never imports Dask.
 """
 
 from __future__ import annotations
 
 import functools
+import math
+import os
+import sys
+import warnings
 
 import numpy as np
 
-__all__ = ["is_dask_collection", "dask_rows", "check_row_chunks", "row_blocks", "tree_reduce", "SPLIT_EVERY"]
+__all__ = [
+    "is_dask_collection",
+    "dask_rows",
+    "check_row_chunks",
+    "row_blocks",
+    "tree_reduce",
+    "SPLIT_EVERY",
+    "BLOCK_BYTES",
+    "BLOCK_BYTES_ENV",
+    "block_bytes",
+    "merged_row_chunks",
+    "merge_rows",
+    "device_of",
+    "shared",
+]
 
 #: partial results combined per task of the reduction trees (:func:`tree_reduce`)
 SPLIT_EVERY = 8
+
+
+#: Input bytes per row block that amortise one task, by where the block is computed:
+#: smaller adjacent blocks are merged up to about this size (:func:`merge_rows`).
+#: PROVISIONAL, until measured on the GPU: a task costs a few milliseconds of scheduling,
+#: transfer and per-call checks, and a GPU works through 3-14 GB/s of input in our
+#: estimators (GBNN probes at the low end, FlyHash rows at the high end), so blocks of
+#: 1 GiB keep that cost near 5 %; NumPy engines are 50-100x slower per byte, so 64 MiB
+#: does the same on a CPU core.
+BLOCK_BYTES = {"cuda": 1 << 30, "cpu": 64 << 20}
+
+#: Environment variable that overrides :data:`BLOCK_BYTES` (bytes per block, for both
+#: devices; ``0``, ``off`` or ``keep`` keep the row blocks exactly as given).
+BLOCK_BYTES_ENV = "SKNN_GPU_DASK_BLOCK_BYTES"
+
+_warned = set()
+
+
+def _warn_once(key, message):
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, UserWarning, stacklevel=4)
+
+
+def block_bytes(device):
+    """Target input bytes of one row block computed on ``device`` (``'cuda'`` or ``'cpu'``);
+    0 when the blocks are to be kept as given (:data:`BLOCK_BYTES_ENV` set to 0)."""
+    raw = os.environ.get(BLOCK_BYTES_ENV, "").strip().lower()
+    if not raw:
+        return BLOCK_BYTES["cuda" if device == "cuda" else "cpu"]
+    if raw in ("0", "off", "keep", "none", "false", "no"):
+        return 0
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise ValueError(
+            f"{BLOCK_BYTES_ENV}={raw!r}: expected a number of bytes per Dask block (e.g. 268435456), "
+            "or 0 to keep the blocks as given."
+        ) from None
+    return max(value, 0)
+
+
+def merged_row_chunks(chunks, row_bytes, target, parallel=1):
+    """Row chunks with adjacent ``chunks`` merged to about ``target`` bytes each.
+
+    The number of merged blocks is rounded up to a multiple of ``parallel`` (the task
+    slots of the cluster) and their edges are the input's block edges nearest to equal
+    shares, so every slot gets the same work; blocks are never split, and nothing
+    changes unless the count of non-empty blocks falls. Order is kept.
+    """
+    chunks = tuple(int(c) for c in chunks)
+    total = sum(chunks)
+    nonempty = sum(1 for c in chunks if c)
+    if target <= 0 or len(chunks) <= 1:
+        return chunks
+    per_block = max(1, int(target // max(int(row_bytes), 1)))
+    n = max(1, math.ceil(total / per_block))
+    n = math.ceil(n / max(1, int(parallel))) * max(1, int(parallel))
+    if n >= nonempty:  # the blocks are large enough already
+        return chunks
+    edges = np.cumsum(chunks)[:-1]  # inner edges of the given blocks
+    cut = []
+    for k in range(1, n):
+        want = k * total / n
+        i = int(np.searchsorted(edges, want))  # the nearest inner edge to an equal share
+        best = min((j for j in (i - 1, i) if 0 <= j < len(edges)), key=lambda j: abs(edges[j] - want))
+        cut.append(int(edges[best]))
+    bounds = sorted({0, total, *(c for c in cut if 0 < c < total)})
+    out = tuple(b - a for a, b in zip(bounds[:-1], bounds[1:], strict=True))
+    return out if out else chunks
+
+
+def _parallel_slots():
+    """Task threads of the workers of the current ``distributed`` client (1 without one).
+
+    Never imports ``distributed``: with no client made, there is none to ask."""
+    dist = sys.modules.get("distributed")
+    if dist is None:
+        return 1
+    try:
+        return max(1, sum(dist.default_client().nthreads().values()))
+    except Exception:  # no client, or it cannot answer now: plan for one slot
+        return 1
+
+
+def device_of(est):
+    """Where ``est`` computes its blocks: its resolved ``device_``, else its ``device``
+    parameter (``'auto'`` resolved here, on the client)."""
+    device = getattr(est, "device_", None) or getattr(est, "device", None)
+    if device == "auto":
+        from ._backend import resolve_device
+
+        device = resolve_device("auto")
+    return device
+
+
+def _is_dense(meta):
+    return type(meta).__module__.split(".", 1)[0] in ("numpy", "cupy") and hasattr(meta, "strides")
+
+
+def merge_rows(X, device=None, sample_axes=1):
+    """``X`` with its row blocks (along axis 0) merged to about :func:`block_bytes` each.
+
+    Adjacent blocks only and in order (``X.rechunk`` along the rows), so every result
+    computed from it is the one of ``X`` as given. The target is that of ``'cuda'`` when
+    ``device`` is ``'cuda'`` or the blocks are CuPy arrays, else that of ``'cpu'``.
+    ``X`` comes back unchanged when its blocks are large enough, when the environment
+    variable :data:`BLOCK_BYTES_ENV` is 0, or (with one warning per process) when its
+    row block sizes are unknown or its blocks are sparse matrices.
+    """
+    if sample_axes != 1 or X.ndim < 1 or X.numblocks[0] <= 1:
+        return X
+    meta = getattr(X, "_meta", None)
+    gpu = device == "cuda" or type(meta).__module__.split(".", 1)[0] == "cupy"
+    target = block_bytes("cuda" if gpu else "cpu")
+    if target == 0:
+        return X
+    if any(math.isnan(c) for c in X.chunks[0]):
+        _warn_once(
+            "nan",
+            "The Dask array's row block sizes are unknown (nan), so its small blocks cannot be merged "
+            "into blocks that pay for a task; call X.compute_chunk_sizes() first (or set "
+            f"{BLOCK_BYTES_ENV}=0 to silence this).",
+        )
+        return X
+    if meta is not None and not _is_dense(meta):
+        _warn_once(
+            "sparse",
+            f"Dask blocks of {type(meta).__name__} are used as given: sknn_gpu merges small row blocks "
+            "of dense arrays only. Blocks of a few thousand rows cost more in scheduling than in "
+            f"work; rechunk the rows yourself (or set {BLOCK_BYTES_ENV}=0 to silence this).",
+        )
+        return X
+    row_bytes = X.dtype.itemsize * math.prod(int(d) for d in X.shape[1:])
+    chunks = merged_row_chunks(X.chunks[0], row_bytes, target, _parallel_slots())
+    if chunks == tuple(X.chunks[0]):
+        return X
+    return X.rechunk({0: chunks})
+
+
+def shared(obj):
+    """``obj`` as one graph key of its own: pickled once and shipped once per worker that
+    needs it, never inside every task that reads it."""
+    import dask
+
+    return dask.delayed(obj, traverse=False)
 
 
 def is_dask_collection(x) -> bool:
@@ -68,8 +237,12 @@ def _result_module(X, output_type):
     return _meta_module(X)
 
 
-def dask_rows(trailing, sample_axes=1):
+def dask_rows(trailing, sample_axes=1, merge=None):
     """Decorator: run ``method(self, X)`` block by block when ``X`` is a Dask array.
+
+    Row blocks too small to pay for a task are merged first (:func:`merge_rows`), unless
+    ``merge(estimator)`` says no (a method whose results depend on the blocks, such as
+    per-block random draws, keeps the user's blocks).
 
     Parameters
     ----------
@@ -79,6 +252,8 @@ def dask_rows(trailing, sample_axes=1):
         input's own trailing shape for image outputs) and its dtype.
     sample_axes : int
         How many leading axes index samples (1 for tables; a batch of images is one).
+    merge : callable or None
+        ``merge(estimator) -> bool``: whether small row blocks may be merged (default: yes).
     """
 
     def decorate(method):
@@ -88,15 +263,15 @@ def dask_rows(trailing, sample_axes=1):
                 return method(self, X, *args, **kwargs)
             name = f"{type(self).__name__}.{method.__name__}"
             check_row_chunks(X, name, sample_axes)
+            if merge is None or merge(self):
+                X = merge_rows(X, device_of(self), sample_axes)
             shape, dtype = trailing(self, X)
             shape, dtype = tuple(shape), np.dtype(dtype)
             out_type = _effective_output_type(self)
             xp = _result_module(X, out_type)
-            import dask
-
             # the estimator is one graph key: pickled once and shipped once per worker,
             # not inside every block's task
-            shared = dask.delayed(self, traverse=False)
+            est_key = shared(self)
             meth = method.__name__
 
             def block(b, est):
@@ -116,7 +291,7 @@ def dask_rows(trailing, sample_axes=1):
                 axes["drop_axis"] = tuple(range(n_out, n_in))
             elif n_out > n_in:
                 axes["new_axis"] = tuple(range(n_in, n_out))
-            return X.map_blocks(block, shared, dtype=dtype, chunks=chunks, meta=meta, **axes)
+            return X.map_blocks(block, est_key, dtype=dtype, chunks=chunks, meta=meta, **axes)
 
         return wrapper
 

@@ -1,11 +1,21 @@
-"""The one Dask wrapper: lazy row-blockwise results, meta, empty blocks, feature-axis chunks."""
+"""The one Dask wrapper: lazy row-blockwise results, meta, empty blocks, feature-axis chunks;
+small row blocks merged into blocks that pay for a task, with results unchanged."""
+
+import warnings
 
 import numpy as np
 import pytest
 
-from sknn_gpu._dask import dask_rows, is_dask_collection
+from sknn_gpu import _dask as sknn_dask
+from sknn_gpu._dask import BLOCK_BYTES_ENV, dask_rows, is_dask_collection, merged_row_chunks
 
 da = pytest.importorskip("dask.array")
+
+
+@pytest.fixture(autouse=True)
+def _blocks_as_given(monkeypatch):
+    """The wrapper's own tests see the blocks as given; the merge tests set a target."""
+    monkeypatch.setenv(BLOCK_BYTES_ENV, "0")
 
 
 class _Est:
@@ -99,3 +109,190 @@ def test_output_type_of_the_client_config_reaches_the_blocks(rng):
     assert est.seen_config(dX).compute().tolist() == [0.0] * 12
     est.output_type = "numpy"  # the estimator's own parameter wins
     assert est.seen_config(dX).compute().tolist() == [1.0] * 12
+
+
+# ----------------------------------------------------------------------------------
+# Small row blocks merged (adjacent, in order) into blocks of about block_bytes()
+# ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "chunks, row_bytes, target, parallel",
+    [
+        ((50,) * 40, 1000, 250_000, 1),
+        ((50,) * 40, 1000, 250_000, 2),
+        ((50,) * 40, 1000, 10**9, 3),
+        ((10, 0, 7, 6, 0), 8, 1 << 20, 1),
+        ((10, 0, 7, 6, 0), 8, 1 << 20, 2),
+        ((1,) * 7 + (593,), 48, 1 << 20, 2),
+        ((300, 5, 5, 5, 300), 100, 20_000, 1),
+    ],
+)
+def test_merged_chunks_keep_rows_and_order_and_only_merge(chunks, row_bytes, target, parallel):
+    out = merged_row_chunks(chunks, row_bytes, target, parallel)
+    assert sum(out) == sum(chunks) and 0 < len(out) < sum(1 for c in chunks if c)
+    edges_in = set(np.cumsum(chunks).tolist())
+    assert set(np.cumsum(out).tolist()) <= edges_in  # a merged block is whole given blocks
+    assert all(n > 0 for n in out)
+
+
+def test_merged_chunks_share_the_work_evenly_over_the_task_slots():
+    out = merged_row_chunks((50,) * 40, 1000, 250_000, 3)  # 2,000 rows of 1 kB: 8 blocks wanted
+    assert len(out) == 9 and max(out) - min(out) <= 50  # rounded up to 3 slots x 3, near equal
+
+
+@pytest.mark.parametrize(
+    "chunks, row_bytes, target",
+    [((500,) * 4, 1000, 250_000), ((7,), 8, 1 << 30), ((3, 3), 8, 0)],
+)
+def test_blocks_large_enough_are_kept(chunks, row_bytes, target):
+    assert merged_row_chunks(chunks, row_bytes, target, 1) == chunks
+
+
+def test_block_target_follows_the_environment(monkeypatch):
+    monkeypatch.delenv(BLOCK_BYTES_ENV)
+    assert sknn_dask.block_bytes("cuda") == sknn_dask.BLOCK_BYTES["cuda"]
+    assert sknn_dask.block_bytes("cpu") == sknn_dask.BLOCK_BYTES["cpu"] < sknn_dask.BLOCK_BYTES["cuda"]
+    monkeypatch.setenv(BLOCK_BYTES_ENV, "1e6")
+    assert sknn_dask.block_bytes("cuda") == sknn_dask.block_bytes("cpu") == 1_000_000
+    monkeypatch.setenv(BLOCK_BYTES_ENV, "off")
+    assert sknn_dask.block_bytes("cpu") == 0
+    monkeypatch.setenv(BLOCK_BYTES_ENV, "lots")
+    with pytest.raises(ValueError, match="SKNN_GPU_DASK_BLOCK_BYTES='lots'.*or 0 to keep"):
+        sknn_dask.block_bytes("cpu")
+
+
+def _tasks_of(out):
+    """The block tasks of the wrapper's layer (the method's calls) in ``out``'s graph."""
+    return [k for k in dict(out.__dask_graph__()) if isinstance(k, tuple) and k[0] == out.name]
+
+
+def test_tiny_blocks_run_as_fewer_tasks_with_the_same_results(rng, monkeypatch):
+    monkeypatch.setenv(BLOCK_BYTES_ENV, str(64 * 4 * 8))  # 64 rows of 4 float64 per block
+    monkeypatch.setattr(sknn_dask, "_parallel_slots", lambda: 1)
+    X = rng.standard_normal((400, 4))
+    dX = da.from_array(X, chunks=((7, 0) * 50 + (50,), (4,)))  # 101 blocks, 50 of them empty
+    est = _Est()
+    out = est.labels(dX)
+    assert len(_tasks_of(out)) == out.numblocks[0] == 7 < dX.numblocks[0]
+    np.testing.assert_array_equal(out.compute(), est.labels(X))
+    P = est.proba(dX)
+    assert P.numblocks[0] == 7
+    np.testing.assert_array_equal(P.compute(), est.proba(X))
+    imgs = rng.random((30, 8, 9))  # image batches merge along the batch axis
+    out = est.images(da.from_array(imgs, chunks=(1, 8, 9)))
+    assert out.numblocks[0] < 30
+    np.testing.assert_array_equal(out.compute(), est.images(imgs))
+
+
+def test_unknown_block_sizes_warn_once_and_still_compute(rng, monkeypatch):
+    monkeypatch.setenv(BLOCK_BYTES_ENV, "1000000")
+    monkeypatch.setattr(sknn_dask, "_warned", set())
+    X = rng.standard_normal((30, 3))
+    dX = da.from_array(X, chunks=(5, 3))
+    dX = dX[dX[:, 0] > -10]  # a boolean mask: the row block sizes are unknown (nan)
+    est = _Est()
+    with pytest.warns(UserWarning, match=r"unknown \(nan\).*compute_chunk_sizes"):
+        out = est.labels(dX)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        est.labels(dX)  # once per process
+    np.testing.assert_array_equal(out.compute(), est.labels(X))
+
+
+def test_cluster_slots_set_the_number_of_merged_blocks(dask_client, rng, monkeypatch):
+    monkeypatch.setenv(BLOCK_BYTES_ENV, str(1 << 30))
+    assert sknn_dask._parallel_slots() == sum(dask_client.nthreads().values()) == 2
+    X = rng.standard_normal((90, 3))
+    out = _Est().proba(da.from_array(X, chunks=(3, 3)))  # 30 tiny blocks: one per worker
+    assert out.numblocks[0] == 2
+    np.testing.assert_array_equal(out.compute(), _Est().proba(X))
+
+
+# ----------------------------------------------------------------------------------
+# Every estimator's Dask path merges many tiny blocks, results as in memory
+# ----------------------------------------------------------------------------------
+def _count_parts(monkeypatch, module):
+    """Record how many block results each reduction of ``module`` combines."""
+    seen = []
+    real = module.tree_reduce
+
+    def spy(parts, combine):
+        seen.append(len(parts))
+        return real(parts, combine)
+
+    monkeypatch.setattr(module, "tree_reduce", spy)
+    return seen
+
+
+def test_flyhash_and_flynn_merge_tiny_blocks(dask_client, monkeypatch):
+    from sklearn.datasets import load_digits
+
+    from sknn_gpu import FlyHashTransformer, FlyNNClassifier
+    from sknn_gpu.fly import _fly_dask
+
+    monkeypatch.setenv(BLOCK_BYTES_ENV, "20000")  # 78 rows of 64 float32 per block
+    X, y = load_digits(return_X_y=True)
+    X = X.astype(np.float32)
+    dX = da.from_array(X, chunks=(7, -1))  # 257 blocks of 7 rows
+    dy = da.from_array(y, chunks=(7,))
+    h = FlyHashTransformer(n_components=320, k=16, output="packed", random_state=0, device="cpu").fit(X)
+    H = h.transform(dX)
+    assert len(_tasks_of(H)) == H.numblocks[0] == 24  # 23 blocks rounded up to 2 worker slots
+    np.testing.assert_array_equal(dask_client.compute(H).result(), h.transform(X))
+
+    seen = _count_parts(monkeypatch, _fly_dask)
+    params = dict(k=16, gamma=0.5, random_state=3, device="cpu")
+    lazy = FlyNNClassifier(**params).fit(dX, dy)
+    eager = FlyNNClassifier(**params).fit(X, y)
+    assert seen and max(seen) == 24  # classes, range and counts: 24 block results each
+    np.testing.assert_array_equal(lazy.counts_, eager.counts_)
+    pred = eager.predict(dX)
+    assert pred.numblocks[0] == 24
+    np.testing.assert_array_equal(pred.compute(), eager.predict(X))
+    assert eager.score(dX, dy) == eager.score(X, y)
+
+
+def test_gbnn_merges_tiny_blocks(dask_client, monkeypatch):
+    from sknn_gpu.memory import GBNNMemory, _gbnn_dask
+
+    monkeypatch.setenv(BLOCK_BYTES_ENV, "20000")  # 416 messages of 6 int64 per block
+    rng = np.random.default_rng(7)
+    msgs = rng.integers(0, 60, size=(400, 6))
+    probes = msgs.copy()
+    probes[rng.random(msgs.shape).argsort(axis=1) < 3] = -1
+    seen = _count_parts(monkeypatch, _gbnn_dask)
+    dist = GBNNMemory(device="cpu", random_state=3).fit(da.from_array(msgs, chunks=(5, -1)))  # 80 blocks
+    ref = GBNNMemory(device="cpu", random_state=3).fit(msgs)
+    assert seen == [2, 2]  # the largest symbol, then the store: one block per worker
+    np.testing.assert_array_equal(dist.W_, ref.W_)
+    assert (dist.n_messages_seen_, dist.density_) == (ref.n_messages_seen_, ref.density_)
+    dP = da.from_array(probes, chunks=(5, -1))
+    pred = ref.predict(dP)
+    assert pred.numblocks[0] == 2
+    np.testing.assert_array_equal(pred.compute(), ref.predict(probes))
+    assert ref.score(dP, msgs) == ref.score(probes, msgs)
+
+
+def test_networks_and_halftones_merge_tiny_blocks(dask_client, monkeypatch, rng):
+    from sknn_gpu import DTCNNHalftoner, GPUMLPClassifier, SparseNetRegressor
+
+    monkeypatch.setenv(BLOCK_BYTES_ENV, "4000")
+    X = rng.standard_normal((200, 5))
+    y = (X[:, 0] > 0).astype(int)
+    dX = da.from_array(X, chunks=(4, -1))  # 50 blocks; 100 rows of 5 float64 per merged block
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a few iterations: convergence warnings
+        mlp = GPUMLPClassifier(hidden_layer_sizes=(8,), max_iter=5, random_state=0, device="cpu").fit(X, y)
+        net = SparseNetRegressor(hidden_layer_sizes=(8,), max_iter=5, random_state=0, device="cpu")
+        net.fit(X, X[:, 1])
+    for est, method in ((mlp, "predict_proba"), (net, "predict")):
+        out = getattr(est, method)(dX)
+        assert out.numblocks[0] == 2
+        np.testing.assert_array_equal(out.compute(), getattr(est, method)(X))
+    imgs = rng.random((20, 10, 10))
+    dimgs = da.from_array(imgs, chunks=(1, -1, -1))  # 800 bytes per image: 5 per merged block
+    ht = DTCNNHalftoner(device="cpu").fit(imgs[:1])
+    out = ht.transform(dimgs)
+    assert out.numblocks[0] == 4
+    np.testing.assert_array_equal(out.compute(), ht.transform(imgs))
+    drawn = DTCNNHalftoner(device="cpu", init="random", random_state=1).fit(imgs[:1])
+    assert drawn.transform(dimgs).numblocks[0] == 20  # draws per block: the blocks are kept

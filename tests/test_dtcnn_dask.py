@@ -22,6 +22,13 @@ da = pytest.importorskip("dask.array")
 CHUNKS = (3, 0, 1, 4, 0, 2)
 
 
+@pytest.fixture(autouse=True)
+def _blocks_as_given(monkeypatch):
+    """The tests here are about the blocks as given (uneven, empty, one row): no merging.
+    Merging small blocks has its own tests in test_dask_rows.py."""
+    monkeypatch.setenv("SKNN_GPU_DASK_BLOCK_BYTES", "0")
+
+
 def _batch(rng, n=10, shape=(23, 29)):
     imgs = [ndimage.gaussian_filter(rng.random(shape), 2.0) for _ in range(n)]
     return np.stack([(x - x.min()) / (x.max() - x.min()) for x in imgs])

@@ -25,6 +25,13 @@ dask = pytest.importorskip("dask")
 ROWS = (500, 0, 700, 1, 0, 596)
 
 
+@pytest.fixture(autouse=True)
+def _blocks_as_given(monkeypatch):
+    """The tests here are about the blocks as given (uneven, empty, one row): no merging.
+    Merging small blocks has its own tests in test_dask_rows.py."""
+    monkeypatch.setenv("SKNN_GPU_DASK_BLOCK_BYTES", "0")
+
+
 @pytest.fixture(scope="module")
 def digits():
     X, y = load_digits(return_X_y=True)

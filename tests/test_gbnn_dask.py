@@ -16,6 +16,13 @@ distributed = pytest.importorskip("distributed")
 UNEVEN = (130, 0, 41, 229, 0, 200)  # 600 rows: uneven blocks and two empty ones
 
 
+@pytest.fixture(autouse=True)
+def _blocks_as_given(monkeypatch):
+    """The tests here are about the blocks as given (uneven, empty, one row): no merging.
+    Merging small blocks has its own tests in test_dask_rows.py."""
+    monkeypatch.setenv("SKNN_GPU_DASK_BLOCK_BYTES", "0")
+
+
 @pytest.fixture(scope="module")
 def data():
     rng = np.random.default_rng(7)

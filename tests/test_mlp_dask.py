@@ -21,6 +21,13 @@ da = pytest.importorskip("dask.array")
 CHUNKS = (100, 0, 137, 63, 0, 150, 50)
 
 
+@pytest.fixture(autouse=True)
+def _blocks_as_given(monkeypatch):
+    """The tests here are about the blocks as given (uneven, empty, one row): no merging.
+    Merging small blocks has its own tests in test_dask_rows.py."""
+    monkeypatch.setenv("SKNN_GPU_DASK_BLOCK_BYTES", "0")
+
+
 @pytest.fixture(scope="module")
 def models():
     """Fitted models of every output kind, and data to predict (500 rows)."""

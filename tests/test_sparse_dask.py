@@ -18,6 +18,13 @@ da = pytest.importorskip("dask.array")
 ROWS = (90, 0, 131, 1, 0, 78)  # 300 rows, uneven, two empty blocks
 
 
+@pytest.fixture(autouse=True)
+def _blocks_as_given(monkeypatch):
+    """The tests here are about the blocks as given (uneven, empty, one row): no merging.
+    Merging small blocks has its own tests in test_dask_rows.py."""
+    monkeypatch.setenv("SKNN_GPU_DASK_BLOCK_BYTES", "0")
+
+
 @pytest.fixture(scope="module")
 def fitted():
     rng = np.random.default_rng(0)

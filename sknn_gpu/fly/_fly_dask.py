@@ -31,7 +31,7 @@ from sklearn.exceptions import DataConversionWarning
 from sklearn.utils.multiclass import check_classification_targets
 
 from .._backend import take_rows, to_device, to_host
-from .._dask import is_dask_collection, row_blocks, tree_reduce
+from .._dask import device_of, is_dask_collection, merge_rows, row_blocks, shared, tree_reduce
 from .._progress import Progress
 from . import _encoding, _weights
 from ._common import check_dask_X, host_labels, label_kind
@@ -73,12 +73,12 @@ def column_range(est, X, w=None):
     ``w`` (aligned sample weights) over the rows of non-zero weight only."""
     import dask
 
-    shared = dask.delayed(_shell(est), traverse=False)
+    shell = shared(_shell(est))  # one graph key: shipped once per worker
     if w is None:
-        parts = [dask.delayed(_block_range)(shared, b) for b in X.to_delayed().ravel()]
+        parts = [dask.delayed(_block_range)(shell, b) for b in X.to_delayed().ravel()]
     else:
         blocks = zip(X.to_delayed().ravel(), w.to_delayed().ravel(), strict=True)
-        parts = [dask.delayed(_block_range)(shared, b, wb) for b, wb in blocks]
+        parts = [dask.delayed(_block_range)(shell, b, wb) for b, wb in blocks]
     found = dask.compute(tree_reduce(parts, _encoding.wider_range))[0]
     if found is None:
         raise _all_zero()
@@ -197,11 +197,11 @@ def counts(est, X, y, what="fit", w=None):
     """
     import dask
 
-    shared = dask.delayed(_shell(est), traverse=False)  # one graph key: shipped once per worker
+    shell = shared(_shell(est))  # one graph key: shipped once per worker
     if w is None:
-        parts = [dask.delayed(_block_counts)(shared, what, xb, yb) for xb, yb in row_blocks(X, y)]
+        parts = [dask.delayed(_block_counts)(shell, what, xb, yb) for xb, yb in row_blocks(X, y)]
     else:
-        parts = [dask.delayed(_block_counts)(shared, what, xb, yb, wb) for xb, yb, wb in row_blocks(X, y, w)]
+        parts = [dask.delayed(_block_counts)(shell, what, xb, yb, wb) for xb, yb, wb in row_blocks(X, y, w)]
     total, n, *weight = dask.compute(tree_reduce(parts, _add))[0]
     if weight and weight[0] == 0:
         raise _all_zero()
@@ -220,6 +220,7 @@ def fit(est, X, y, what, first, sample_weight=None):
     that fails is undone by the estimator's ``keeps_model``).
     """
     d = check_dask_X(est, X, what, reset=first)
+    X = merge_rows(X, device_of(est))  # blocks that pay for a task; y and the weights follow
     y = aligned(y, X)
     w = None if sample_weight is None else aligned(sample_weight, X, "sample_weight")
     if what == "fit":
@@ -270,12 +271,13 @@ def score(est, X, y, sample_weight=None):
     import dask
 
     check_dask_X(est, X, "score", reset=False)
+    X = merge_rows(X, device_of(est))
     y = aligned(y, X)
     weighted = sample_weight is not None
     w = aligned(sample_weight, X, "sample_weight") if weighted else None
-    shared = dask.delayed(est, traverse=False)
+    model = shared(est)  # one graph key: shipped once per worker
     parts = [
-        dask.delayed(_block_hits)(shared, b[0], b[1], b[2] if weighted else None)
+        dask.delayed(_block_hits)(model, b[0], b[1], b[2] if weighted else None)
         for b in (row_blocks(X, y, w) if weighted else row_blocks(X, y))
     ]
     hits, total = dask.compute(tree_reduce(parts, _add_pairs))[0]

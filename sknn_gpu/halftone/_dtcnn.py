@@ -834,9 +834,13 @@ class DTCNNHalftoner(DeviceMixin, TransformerMixin, BaseEstimator):
             )
         return X.shape[1:], output_dtype(X.dtype, self._requested_dtype())
 
-    @dask_rows(lambda est, X: (X.shape[1:], output_dtype(X.dtype, est._requested_dtype())))
+    @dask_rows(
+        lambda est, X: (X.shape[1:], output_dtype(X.dtype, est._requested_dtype())),
+        merge=lambda est: est.init != "random" and est.mode != "sync",  # these depend on the blocks
+    )
     def _transform_dask(self, X):
-        """``transform`` of one Dask block (the shared wrapper maps it over the blocks)."""
+        """``transform`` of one Dask block (the shared wrapper maps it over the blocks; small
+        blocks merged first, except where the halftone depends on the blocks)."""
         return self.transform(X)
 
     @validates_params

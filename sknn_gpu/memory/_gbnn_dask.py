@@ -22,7 +22,15 @@ import numpy as np
 from sklearn.base import clone
 
 from .._backend import get_xp, to_device, to_host
-from .._dask import check_row_chunks, is_dask_collection, row_blocks, tree_reduce
+from .._dask import (
+    check_row_chunks,
+    device_of,
+    is_dask_collection,
+    merge_rows,
+    row_blocks,
+    shared,
+    tree_reduce,
+)
 from ._gbnn_cpu import _n_words
 from ._gbnn_engine import engine
 
@@ -78,8 +86,8 @@ def max_symbol(est, X):
     import dask
 
     C = int(X.shape[1])
-    shell = _shell(est, C)
-    parts = [dask.delayed(_block_max)(shell, b) for b in row_blocks(X)]
+    shell = shared(_shell(est, C))  # one graph key: shipped once per worker
+    parts = [dask.delayed(_block_max)(shell, b) for b in row_blocks(merge_rows(X, device_of(est)))]
     mx = dask.compute(tree_reduce(parts, _max_of))[0] if parts else None
     if mx is None:
         raise _empty_input(C)
@@ -119,8 +127,8 @@ def store(est, X, C, L, device):
     """
     import dask
 
-    shell = _shell(est, C, L)
-    parts = [dask.delayed(_block_store)(shell, device, b) for b in row_blocks(X)]
+    shell = shared(_shell(est, C, L))  # one graph key: shipped once per worker
+    parts = [dask.delayed(_block_store)(shell, device, b) for b in row_blocks(merge_rows(X, device))]
     out = dask.compute(tree_reduce(parts, _or_parts))[0] if parts else None
     if out is None:
         raise _empty_input(C)
@@ -153,16 +161,16 @@ def score(est, X, y):
     import dask.array as da
 
     check_columns(est, X, "score")
+    X = merge_rows(X, device_of(est))
     if not hasattr(y, "shape"):
         y = np.asarray(y)
     if y.ndim != 2 or y.shape[0] != X.shape[0]:
         raise ValueError(f"y has shape {y.shape}, but the probes have shape {X.shape}.")
     y = y.rechunk((X.chunks[0], -1)) if is_dask_collection(y) else da.from_array(y, chunks=(X.chunks[0], -1))
 
-    # the estimator as one graph key: shipped once per worker, not inside every task
-    shared = dask.delayed(est, traverse=False)
+    model = shared(est)  # one graph key: shipped once per worker, not inside every task
     hits = da.map_blocks(
-        _block_hits, shared, X, y, dtype=np.int64, drop_axis=1, meta=np.empty((0,), dtype=np.int64)
+        _block_hits, model, X, y, dtype=np.int64, drop_axis=1, meta=np.empty((0,), dtype=np.int64)
     )
     total, n = dask.compute(hits.sum(), (hits >= 0).sum())
     if int(n) == 0:
