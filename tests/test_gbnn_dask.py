@@ -92,6 +92,34 @@ def test_dask_fit_moves_only_w_to_the_client(dask_client, data, monkeypatch):
     _same_memory(mem, GBNNMemory(device="cpu", random_state=0).fit(msgs))
 
 
+def test_dask_fit_ships_the_shell_once_and_merges_tiny_blocks(dask_client, data, monkeypatch):
+    """A partial W per block costs a whole memory (C*L x C*words) to build, send and OR, however
+    few messages the block holds: tiny blocks are merged first (one per worker here), and the
+    parameters-only shell is one graph key shared by every block's task."""
+    from sknn_gpu.memory import _gbnn_dask
+
+    msgs, _ = data
+    monkeypatch.setenv("SKNN_GPU_DASK_BLOCK_BYTES", str(1 << 20))  # all 600 messages fit in one
+    trees = []
+    real = _gbnn_dask.tree_reduce
+
+    def spy(parts, combine):
+        trees.append(parts)
+        return real(parts, combine)
+
+    monkeypatch.setattr(_gbnn_dask, "tree_reduce", spy)
+    dist = GBNNMemory(device="cpu", random_state=2).fit(_dask(msgs, (3,) * 200))
+    _same_memory(dist, GBNNMemory(device="cpu", random_state=2).fit(msgs))
+    assert [len(p) for p in trees] == [2, 2]  # largest symbol, store: 200 blocks became 2
+    for parts in trees:
+        graph = {}
+        for p in parts:
+            graph.update(dict(p.__dask_graph__()))
+        shells = [k for k, v in graph.items() if isinstance(getattr(v, "value", v), GBNNMemory)]
+        assert len(shells) == 1
+        assert all(shells[0] in graph[p.key].dependencies for p in parts)
+
+
 def test_dask_partial_fit_ors_into_the_memory(dask_client, data):
     msgs, _ = data
     ref = GBNNMemory(device="cpu", random_state=1, cluster_size=40).fit(msgs)
