@@ -296,3 +296,39 @@ def test_networks_and_halftones_merge_tiny_blocks(dask_client, monkeypatch, rng)
     np.testing.assert_array_equal(out.compute(), ht.transform(imgs))
     drawn = DTCNNHalftoner(device="cpu", init="random", random_state=1).fit(imgs[:1])
     assert drawn.transform(dimgs).numblocks[0] == 20  # draws per block: the blocks are kept
+
+
+def _holders(parts, cls):
+    """Graph keys of ``parts`` (delayed objects) whose value is a ``cls`` instance, and the
+    tasks that carry one inside instead of referring to it."""
+    graph = {}
+    for p in parts:
+        graph.update(dict(p.__dask_graph__()))
+    keys = [k for k, v in graph.items() if isinstance(getattr(v, "value", v), cls)]
+    return keys, graph
+
+
+def test_fits_and_scores_ship_the_estimator_once(dask_client, monkeypatch):
+    """FlyNN's range, counts and score and GBNN's largest symbol and store: every block's task
+    refers to one graph key holding the estimator (or its model-free shell)."""
+    cloudpickle = pytest.importorskip("cloudpickle")
+    from sklearn.datasets import load_digits
+
+    from sknn_gpu import FlyNNClassifier
+    from sknn_gpu.fly import _fly_dask
+
+    X, y = load_digits(return_X_y=True)
+    dX, dy = da.from_array(X, chunks=(200, -1)), da.from_array(y, chunks=(200,))
+    seen = []
+    real = _fly_dask.tree_reduce
+    monkeypatch.setattr(_fly_dask, "tree_reduce", lambda parts, f: seen.append(parts) or real(parts, f))
+    est = FlyNNClassifier(k=16, random_state=3, device="cpu").fit(dX, dy)
+    est.score(dX, dy)
+    with_model = [parts for parts in seen if _holders(parts, FlyNNClassifier)[0]]
+    assert len(with_model) >= 2  # the counts and the score (and the input range, if encoded)
+    for parts in with_model:
+        keys, graph = _holders(parts, FlyNNClassifier)
+        assert len(keys) == 1 and len(parts) == 9  # the blocks as given
+        for p in parts:
+            assert keys[0] in graph[p.key].dependencies
+            assert len(cloudpickle.dumps(graph[p.key])) < 5_000  # a reference, not a copy
