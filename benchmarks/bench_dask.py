@@ -783,6 +783,7 @@ def main(argv=None):
     )
     extra.add_argument("--torch-ref", type=int, default=None, help="reference rows of the PyTorch 1-NN peer")
     extra.add_argument("--report", default=None, help="save a Dask performance report per workload here")
+    extra.add_argument("--repeat", type=int, default=None, help="timed runs per row (5; 3 quick)")
     own, rest = extra.parse_known_args(sys.argv[1:] if argv is None else argv)
     args = parse_args(__doc__.splitlines()[0], rest)
     print(environment_header() + "\n")
@@ -803,7 +804,7 @@ def main(argv=None):
     own.stored = own.stored or size["stored"]
     own.torch_ref = own.torch_ref or size["torch_ref"]
     counts = worker_counts(gpu, own.gpus)
-    repeat = 3 if small else 5
+    repeat = own.repeat or (3 if small else 5)
     summary = Summary()
     if own.data_dir:
         rows = own.rows or size["disk_rows"]
