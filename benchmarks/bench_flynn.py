@@ -25,7 +25,9 @@ look-ups (k × n_classes float64 per sample) and 6 launches per batch, at the H1
 ceilings of DESIGN.md.
 """
 
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 from _harness import (
@@ -422,6 +424,30 @@ def cpu_sweep(sizes, n_queries):
         t.print()
 
 
+def load_fashion_mnist(folder):
+    """``(X_train, X_test, y_train, y_test)`` of Fashion-MNIST (float32 pixels 0..255; the
+    standard 60,000 / 10,000 split) from the four ``*-ubyte.gz`` files of its distribution in
+    ``folder``, or None without one."""
+    import gzip
+
+    if not folder:
+        return None
+    path = Path(folder)
+
+    def read(name, offset):
+        with gzip.open(path / name) as f:
+            return np.frombuffer(f.read(), dtype=np.uint8, offset=offset)
+
+    try:
+        X = read("train-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype(np.float32)
+        Xt = read("t10k-images-idx3-ubyte.gz", 16).reshape(-1, 784).astype(np.float32)
+        y = read("train-labels-idx1-ubyte.gz", 8).astype(np.int64)
+        yt = read("t10k-labels-idx1-ubyte.gz", 8).astype(np.int64)
+    except FileNotFoundError:
+        return None
+    return X, Xt, y, yt
+
+
 def _ints(text):
     return [int(v) for v in text.split(",") if v]
 
@@ -433,7 +459,13 @@ def main(argv=None):
     pre.add_argument(
         "--only",
         default=None,
-        help="comma list of digits, synthetic, sweep (GPU training-set sweep), cpu-sweep; default: all",
+        help="comma list of digits, synthetic, sweep (GPU training-set sweep), cpu-sweep, fashion "
+        "(real Fashion-MNIST, with --fashion-dir); default: all",
+    )
+    pre.add_argument(
+        "--fashion-dir",
+        default=os.environ.get("SKNN_FASHION_MNIST"),
+        help="folder holding Fashion-MNIST's four *-ubyte.gz files (default: $SKNN_FASHION_MNIST)",
     )
     pre.add_argument("--sizes", default=None, help="GPU sweep training rows (default 6000,60000,600000)")
     pre.add_argument("--queries", type=int, default=None, help="GPU sweep queries (default 10000)")
@@ -469,6 +501,16 @@ def main(argv=None):
             gpu=gpu,
             quick=args.quick,
         )
+    if "fashion" in only:
+        data = load_fashion_mnist(extra.fashion_dir)
+        if data is None:
+            print(
+                "### Fashion-MNIST: skipped\n\nGive --fashion-dir DIR with the four files of the "
+                "standard distribution (train-images-idx3-ubyte.gz, ...).\n"
+            )
+        else:
+            params = dict(random_state=0)
+            run_case("Fashion-MNIST (defaults)", *data, params=params, gpu=gpu, quick=args.quick)
     if "synthetic" not in only:
         return
 

@@ -147,7 +147,9 @@ def test_flynn_fit_with_differently_chunked_y(dask_client, digits):
 
 def test_flynn_fit_sends_only_counts_to_the_client(dask_client, digits, monkeypatch):
     """What the computes return: the class labels, each feature's (min, max) (the encoding's
-    fitted range, 2 x 64 numbers), then one table (n_classes, m) and a row count."""
+    fitted range, 2 x 64 numbers), one table (n_classes, m) and a row count, then the
+    calibration rows of ``predict_proba`` (at most ``CALIBRATION_ROWS``, here every row of
+    this small table) with their labels."""
     X, y = digits
     seen = []
     real = dask.compute
@@ -163,7 +165,10 @@ def test_flynn_fit_sends_only_counts_to_the_client(dask_client, digits, monkeypa
     assert np.array_equal(classes, np.arange(10))
     assert np.array_equal(low, X.min(axis=0)) and np.array_equal(high, X.max(axis=0))
     assert table.shape == est.counts_.shape and n == X.shape[0]
-    assert len(seen) == 3
+    Xc, yc = seen[3]
+    assert np.array_equal(Xc, X) and np.array_equal(yc, y)  # 1,797 rows: all are calibration rows
+    assert len(seen) == 4
+    assert np.array_equal(est.calibration_loss_, _fly().fit(X, y).calibration_loss_)
 
 
 def test_flynn_reduction_tree_is_exercised(dask_client, digits, monkeypatch):

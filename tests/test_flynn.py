@@ -158,8 +158,10 @@ def test_predict_proba_decision_and_predict_agree(device, rng):
     assert np.allclose(proba.sum(axis=1), 1.0, rtol=0, atol=1e-12)
     assert np.all(proba > 0)
     assert np.array_equal(to_host(clf.decision_function(Xt)), -nov)
-    expected = np.exp(-nov / clf.k_) / np.exp(-nov / clf.k_).sum(axis=1, keepdims=True)
-    assert np.allclose(proba, expected, rtol=1e-12, atol=0)
+    z = -nov * clf.proba_scale_ / clf.k_
+    expected = np.exp(z - z.max(axis=1, keepdims=True))
+    expected /= expected.sum(axis=1, keepdims=True)
+    assert np.allclose(proba, expected, rtol=1e-9, atol=1e-300)
     pred = to_host(clf.predict(Xt))
     assert np.array_equal(pred, clf.classes_[np.argmin(nov, axis=1)])
     assert np.array_equal(pred, clf.classes_[np.argmax(proba, axis=1)])
@@ -524,7 +526,7 @@ def test_oversize_model_refused_before_allocating(monkeypatch):
         with pytest.raises(
             InsufficientMemoryError,
             match=r"FlyNNClassifier\.fit of 2 samples x 64 features "
-            r"\(320 inputs after encoding='thermometer'\) "
+            r"\(320 inputs after encoding='population'\) "
             r"with n_components=1000000000 cells.* "
             r"needs \d+ bytes .* but only 34359738368 bytes \(32\.0 GiB\) are free",
         ):
@@ -881,22 +883,30 @@ def test_normalize_auto_normalizes_only_raw_features(rng):
 
 def test_encode_values():
     from sknn_gpu.fly._encoding import (
-        RECEPTOR_CENTRES,
-        RECEPTOR_HALF_WIDTH,
+        RECEPTOR_SPREAD,
         THERMOMETER_SLOPE,
         THERMOMETER_THRESHOLDS,
         encode,
+        n_receptors,
     )
 
     X = np.array([[0.0, 0.25, 0.6, 1.0]])
     np.testing.assert_array_equal(encode(X, "complement"), [[0.0, 0.25, 0.6, 1.0, 1.0, 0.75, 0.4, 0.0]])
-    pop = encode(X, "population")
-    assert pop.shape == (1, 4 * len(RECEPTOR_CENTRES))
-    w = RECEPTOR_HALF_WIDTH
-    for j, c in enumerate(RECEPTOR_CENTRES):  # receptor by receptor
-        np.testing.assert_array_equal(pop[0, 4 * j : 4 * j + 4], np.maximum(w - np.abs(X[0] - c), 0.0))
-    assert pop[0, 0] == w and pop[0, 4 * 4 + 3] == w  # x at a centre: that receptor's peak
-    assert encode(X.astype(np.float32), "population").dtype == np.float32
+    for L in (5, 9):
+        pop = encode(X, "population", receptors=L)
+        assert pop.shape == (1, 4 * L)
+        w = RECEPTOR_SPREAD / (L - 1)
+        for q in range(L):  # receptor by receptor, centred at q / (L - 1)
+            c = q / (L - 1)
+            np.testing.assert_array_equal(pop[0, 4 * q : 4 * q + 4], np.maximum(w - np.abs(X[0] - c), 0.0))
+        assert pop[0, 0] == w and pop[0, 4 * (L - 1) + 3] == w  # x at a centre: that receptor's peak
+        # a value excites only the receptors within two spacings of it
+        assert np.count_nonzero(pop[0, 0::4]) == 2  # x = 0: centres 0 and 1/(L-1) (2/(L-1) is at 0)
+    np.testing.assert_array_equal(encode(X, "population"), encode(X, "population", receptors=5))
+    assert encode(X.astype(np.float32), "population", receptors=7).dtype == np.float32
+    # 'auto': 64 inputs spread over the features, 5 to 64 receptors each
+    assert [n_receptors("auto", d) for d in (1, 2, 5, 10, 13, 64, 784)] == [64, 32, 13, 7, 5, 5, 5]
+    assert n_receptors(11, 784) == 11
     th = encode(X, "thermometer")
     assert th.shape == (1, 4 * len(THERMOMETER_THRESHOLDS))
     for j, t in enumerate(THERMOMETER_THRESHOLDS):
@@ -915,10 +925,10 @@ def test_encode_values():
 
 
 @pytest.mark.parametrize(
-    "encoding, width", [(None, 1), ("complement", 2), ("population", 5), ("thermometer", 5)]
+    "encoding, width", [(None, 1), ("complement", 2), ("population", 7), ("thermometer", 5)]
 )
 def test_encoding_sizes_count_the_encoded_inputs(rng, encoding, width):
-    X, y = _unit_blobs(rng, d=10)
+    X, y = _unit_blobs(rng, d=10)  # population, n_receptors='auto': ceil(64 / 10) = 7 per feature
     clf = FlyNNClassifier(None, encoding=encoding, k=8, random_state=0, device="cpu").fit(X, y)
     assert clf.n_features_in_ == 10
     assert clf.hasher_.n_features_in_ == 10 * width
@@ -934,7 +944,7 @@ def _codes_counts_encoded(clf, X, y):
 
     Xd = _on(clf, np.asarray(X, dtype=np.float64))
     if clf.encoding is not None:
-        Xd = encode(Xd, clf.encoding)
+        Xd = encode(Xd, clf.encoding, receptors=clf.n_receptors_)
     if clf._normalizes():
         Xd = engine(clf.device_).row_normalize(Xd)
     w = to_host(clf.hasher_._winners(Xd))
@@ -1094,7 +1104,9 @@ def _weighted_reference(clf, X, y, w):
 
 def test_whole_number_weights_equal_repeated_rows(device, rng):
     """A weight w is the sample repeated w times, bit for bit: int64 counts, the fitted
-    range, the classes and every output (rows of weight 0 are as if absent)."""
+    range, the classes and every prediction (rows of weight 0 are as if absent). Not the
+    probabilities' scale: repeated copies fall in different calibration folds, so each is
+    held out from a model that saw its twins, which a weighted row is not."""
     X, y = _blobs(rng, n=200)
     w = rng.integers(0, 4, size=len(y))
     w[np.argmax(X[:, 0])] = 0  # the largest value of feature 0 is weighted out: the range shrinks
@@ -1106,7 +1118,8 @@ def test_whole_number_weights_equal_repeated_rows(device, rng):
     assert np.array_equal(weighted.input_high_, repeated.input_high_)
     assert weighted.input_high_[0] < X[:, 0].max()
     assert np.array_equal(to_host(weighted.filters_), to_host(repeated.filters_))
-    assert np.array_equal(to_host(weighted.predict_proba(X)), to_host(repeated.predict_proba(X)))
+    assert np.array_equal(to_host(weighted.novelty(X)), to_host(repeated.novelty(X)))
+    assert np.array_equal(to_host(weighted.predict(X)), to_host(repeated.predict(X)))
 
 
 @pytest.mark.parametrize("weights", ["none", "ones", "scalar"])

@@ -157,10 +157,13 @@ def test_private_copy_carries_only_public_state_and_released_counts(rng):
     fitted = {name for name in vars(priv) if name.endswith("_") and not name.startswith("__")}
     allowed = {
         "device_", "classes_", "n_features_in_", "hasher_", "n_components_", "k_", "input_low_",
-        "input_high_", "_fitted_params_", "counts_", "filters_",
+        "input_high_", "_fitted_params_", "counts_", "filters_", "n_receptors_",
+        "proba_scale_", "calibration_loss_", "held_out_hits_",
         "dp_released_", "dp_epsilon_", "dp_scale_", "dp_accounting_",
     }  # fmt: skip
     assert fitted <= allowed, fitted - allowed
+    # the calibration was computed from the exact data: not released
+    assert priv.calibration_loss_ is None and priv.held_out_hits_ is None
     assert "_device_cache" not in vars(priv) and "_device_cache" not in vars(priv.hasher_)
     # the range is the one given, the projection the shared one, the labels the same
     assert np.array_equal(priv.input_low_, np.full(X.shape[1], -10.0))
@@ -559,7 +562,10 @@ def test_private_party_sends_only_its_release(rng):
     assert private["n_samples"] is None  # the shard's size stays at the party
     assert private["counts"].dtype == np.float64 and (private["counts"] > 0).sum(axis=1).max() <= 6
     assert private["dp_accounting"]["epsilon"] == 1.0
-    assert set(private) <= {"classes", "counts", "n_features", "n_samples", "dp_accounting", "feature_names"}
+    assert set(private) <= {
+        "classes", "counts", "n_features", "n_samples", "dp_accounting", "feature_names", "calibration",
+    }  # fmt: skip
+    assert private["calibration"] == (None, None)  # held-out losses of the exact data stay at the party
 
 
 def test_fit_federated_with_epsilon_refuses_a_data_fitted_range_before_any_work():
@@ -580,7 +586,8 @@ def test_fit_federated_with_epsilon_privatizes_on_the_workers(digits, dask_clien
     from sknn_gpu.fly import fit_federated
 
     X_train, X_test, y_train, y_test = digits
-    params = dict(gamma=0.5, input_range=(0, 16), random_state=3, device="cpu")
+    # 8,192 cells: 64 released cells per class keep more of a smaller table
+    params = dict(n_components=8192, gamma=0.5, input_range=(0, 16), random_state=3, device="cpu")
     parts = np.array_split(np.arange(len(y_train)), 3)
     shards = [(X_train[p], y_train[p]) for p in parts]
     private = fit_federated(dask_client, shards, epsilon=16.0, n_released=64, **params)

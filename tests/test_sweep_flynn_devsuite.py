@@ -78,7 +78,7 @@ def test_markdown_table_shape(sweep_module, results):
     assert len(table) == 2 + 2
     n_cols = table[0].count("|") - 1
     assert all(row.count("|") - 1 == n_cols for row in table)
-    assert "FlyNN n=2**10" in table[0]
+    assert "FlyNN n=1024" in table[0]
     assert table[2].startswith("| iris |") and table[3].startswith("| wine |")
     assert "Average gap FlyNN defaults minus best k-NN" in text
 

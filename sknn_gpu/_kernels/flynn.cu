@@ -198,11 +198,14 @@ extern "C" __global__ void flynn_row_normalize_f64(const double* __restrict__ x,
 // The arithmetic is the reference's, step by step: after a range scaling
 // u = (x - low[j]) / span[j] in double (RANGE = 1), else in the input's own type
 // (ENC_C = ENC_T), each step one correctly rounded intrinsic (no FMA contraction);
-// the constants (thresholds or centres q0..q4, then the slope or half-width q5) arrive
-// as double arguments and are rounded to ENC_C as NumPy rounds a Python float against
-// a float32 array. ENC_WIDTH values per input (5, or 2 for complement). The cast to float32 at the end rounds to nearest, as astype does.
+// the constants (thresholds q0..q4, then the slope or half-width q5) arrive as double
+// arguments and are rounded to ENC_C as NumPy rounds a Python float against a float32
+// array; the population's centres c_q = q / (ENC_WIDTH - 1) are one correctly rounded
+// double division, as Python computes them. ENC_WIDTH values per input (5 thermometer
+// ramps, the population's receptors, or 2 for complement). The cast to float32 at the end
+// rounds to nearest, as astype does.
 //   ENC_KIND 0: thermometer  clip((u - t_q) * slope, 0, 1)     q = 0..4
-//   ENC_KIND 1: population   max(w - |u - c_q|, 0)              q = 0..4
+//   ENC_KIND 1: population   max(w - |u - c_q|, 0)              q = 0..ENC_WIDTH-1
 //   ENC_KIND 2: complement   u, 1 - u
 // One thread per input element, grid-stride.
 #if defined(ENC_T)
@@ -236,8 +239,9 @@ extern "C" __global__ void flynn_encode(const ENC_T* __restrict__ x, const long 
         for (int q = 0; q < 5; ++q) o[q * d] = (float)clip01(mul_rn(sub_rn(u, (ENC_C)consts[q]), slope));
 #elif ENC_KIND == 1
         const ENC_C w = (ENC_C)consts[5];
-        for (int q = 0; q < 5; ++q) {
-            const ENC_C v = sub_rn(w, fabs(sub_rn(u, (ENC_C)consts[q])));
+        for (int q = 0; q < ENC_WIDTH; ++q) {
+            const ENC_C c = (ENC_C)__ddiv_rn((double)q, (double)(ENC_WIDTH - 1));
+            const ENC_C v = sub_rn(w, fabs(sub_rn(u, c)));
             o[q * d] = (float)(v < (ENC_C)0 ? (ENC_C)0 : v);
         }
 #else

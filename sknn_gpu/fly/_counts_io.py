@@ -29,6 +29,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import SMALL_WORK_BYTES, check_memory, is_device_array, to_device, to_host
 from .._version import __version__
 from ..base import check_params
+from ._calibration import SCALE_GRID
 from ._flyhash import _projection_digest
 from ._weights import WEIGHT_BITS, on_grid
 
@@ -39,7 +40,7 @@ FORMAT = "sknn_gpu.fly.FlyNNClassifier.counts"
 FORMAT_VERSION = 1
 
 _REQUIRED = ("metadata", "counts", "classes")
-_OPTIONAL = ("input_low", "input_high", "feature_names", "dp_released")
+_OPTIONAL = ("input_low", "input_high", "feature_names", "dp_released", "calibration_loss", "held_out_hits")
 _META_KEYS = {
     "format",
     "format_version",
@@ -118,6 +119,9 @@ def export_counts(est, file):
         arrays["feature_names"] = _text_array(est.feature_names_in_, "the feature names")
     if hasattr(est, "dp_released_"):
         arrays["dp_released"] = np.asarray(est.dp_released_, dtype=np.int64)
+    if getattr(est, "calibration_loss_", None) is not None:
+        arrays["calibration_loss"] = np.asarray(est.calibration_loss_, dtype=np.float64)
+        arrays["held_out_hits"] = np.asarray(est.held_out_hits_, dtype=np.float64)
     meta = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
@@ -230,6 +234,14 @@ def _params(cls, meta, device):
     """The unfitted estimator of the file's parameters, checked (names and values)."""
     params = dict(meta["params"])
     params.setdefault("class_weight", None)  # files written before the parameter existed
+    if "n_receptors" not in params:  # written before the population encoding took a receptor count
+        if params.get("encoding") == "population":
+            raise _bad(
+                "it was written by an sknn_gpu whose encoding='population' had other tuning curves "
+                f"({meta['sknn_gpu_version']!r}); its counts do not fit today's encoding: fit the "
+                "model again."
+            )
+        params["n_receptors"] = "auto"  # read by the population encoding only
     expected = set(cls().get_params(deep=False))
     missing, unknown = sorted(expected - set(params)), sorted(set(params) - expected)
     if missing or unknown:
@@ -317,6 +329,22 @@ def _set_private(est, arrays, dp, n_classes, m):
     est.dp_accounting_ = dp
 
 
+def _calibration(arrays, dp):
+    """``(table, hits)`` of ``predict_proba``'s calibration, or ``(None, None)`` (a file
+    written before calibration existed, or a private release: the default scale)."""
+    if "calibration_loss" not in arrays and "held_out_hits" not in arrays:
+        return None, None
+    if "calibration_loss" not in arrays or "held_out_hits" not in arrays:
+        raise _bad("calibration_loss and held_out_hits go together.")
+    if dp is not None:
+        raise _bad("a private release carries no calibration (it was computed from the exact data).")
+    table = _array(arrays, "calibration_loss", "f", 1, (len(SCALE_GRID),))
+    hits = _array(arrays, "held_out_hits", "f", 1, (2,))
+    if not (np.isfinite(table).all() and np.isfinite(hits).all() and (hits >= 0).all()):
+        raise _bad("calibration_loss and held_out_hits must be finite (and hits >= 0).")
+    return table, hits
+
+
 def from_counts(cls, file, device=None):
     """The fitted ``cls`` (FlyNNClassifier) read from ``file`` (written by :func:`export_counts`)."""
     arrays = _read(file)
@@ -346,6 +374,7 @@ def from_counts(cls, file, device=None):
             "meaningful with the projection they were counted with."
         )
     est._set_counts(to_device(counts, est.device_))
+    est._set_calibration(*_calibration(arrays, dp))
     if "feature_names" in arrays:
         names = _array(arrays, "feature_names", "U", 1, (d,))
         est.feature_names_in_ = np.asarray(names.tolist(), dtype=object)

@@ -1,9 +1,10 @@
 """FlyNN's input encodings and the feature ranges they tile.
 
 * :func:`encode` and its constants (:data:`ENCODING_WIDTH`, :data:`THERMOMETER_THRESHOLDS`,
-  :data:`THERMOMETER_SLOPE`, :data:`RECEPTOR_CENTRES`, :data:`RECEPTOR_HALF_WIDTH`): what
-  the hash reads of each feature under ``encoding`` (the CUDA engine's one-kernel
-  ``encode`` reads the same constants).
+  :data:`THERMOMETER_SLOPE`, :data:`RECEPTOR_SPREAD`), :func:`n_receptors` (the receptors per
+  feature under ``n_receptors='auto'``) and :func:`encoding_width`: what the hash reads of
+  each feature under ``encoding`` (the CUDA engine's one-kernel ``encode`` reads the same
+  constants).
 * Ranges: :func:`column_range` (per-feature min and max of an array),
   :func:`wider_range` (their union over blocks or parties), :func:`input_range` (the
   checked ``input_low_`` / ``input_high_`` of a fit), :func:`unit_range`,
@@ -24,8 +25,13 @@ __all__ = [
     "ENCODING_WIDTH",
     "THERMOMETER_THRESHOLDS",
     "THERMOMETER_SLOPE",
-    "RECEPTOR_CENTRES",
-    "RECEPTOR_HALF_WIDTH",
+    "RECEPTOR_SPREAD",
+    "AUTO_RECEPTOR_INPUTS",
+    "MIN_RECEPTORS",
+    "MAX_RECEPTORS",
+    "n_receptors",
+    "encoding_width",
+    "receptor_centre",
     "encode",
     "column_range",
     "wider_range",
@@ -35,8 +41,9 @@ __all__ = [
     "check_in_range",
 ]
 
-#: Inputs the hash reads per feature, by ``encoding``.
-ENCODING_WIDTH = {None: 1, "complement": 2, "population": 5, "thermometer": 5}
+#: Inputs the hash reads per feature, by ``encoding`` (``'population'``: its ``n_receptors``,
+#: see :func:`encoding_width`).
+ENCODING_WIDTH = {None: 1, "complement": 2, "thermometer": 5}
 #: ``encoding='thermometer'``: the thresholds of a feature's five ramps and their slope
 #: (``clip((u - t) * slope, 0, 1)``: each ramp rises over 0.4 of the range, so
 #: neighbours overlap). Picked in the defaults sweep
@@ -44,17 +51,43 @@ ENCODING_WIDTH = {None: 1, "complement": 2, "population": 5, "thermometer": 5}
 #: thresholds from 0 or 0.1: best mean gap to k-NN over 5 seeds.
 THERMOMETER_THRESHOLDS = (0.1, 0.3, 0.5, 0.7, 0.9)
 THERMOMETER_SLOPE = 2.5
-#: ``encoding='population'``: the centres of a feature's receptors, and their half-width
-#: (triangular tuning curves ``max(0, w - |x - c|)``; see :func:`encode`). The half-width
-#: was picked among 0.25, 0.375, 0.5 and 0.75 in a development sweep (on
-#: the four datasets of ``benchmarks/tools/sweep_flynn_defaults.py``): best mean gaps to k-NN
-#: with seed 0 of 1.5, 0.7, 0.5 and 0.3 points; over 5 seeds 0.5 and 0.75 came out level
-#: (0.7-1.1 points).
-RECEPTOR_CENTRES = (0.0, 0.25, 0.5, 0.75, 1.0)
-RECEPTOR_HALF_WIDTH = 0.75
+#: ``encoding='population'``: ``L`` receptors per feature with triangular tuning curves
+#: centred at ``q / (L - 1)`` (``q = 0 .. L-1``, evenly over the range) and a half-width of
+#: this many spacings between centres, ``RECEPTOR_SPREAD / (L - 1)``: a value excites the
+#: receptors within two spacings of it. Picked on the development suite
+#: (``benchmarks/tools/sweep_flynn_devsuite.py``) among 1.5, 2, 2.5 and 3 spacings.
+RECEPTOR_SPREAD = 2.0
+#: ``n_receptors='auto'``: ``ceil(AUTO_RECEPTOR_INPUTS / n_features)`` receptors per feature,
+#: between :data:`MIN_RECEPTORS` and :data:`MAX_RECEPTORS`: a table of few features is read
+#: finely enough for the hash to tell nearby values apart (2 features: 32 receptors each),
+#: a wide one with five per feature.
+AUTO_RECEPTOR_INPUTS = 64
+MIN_RECEPTORS = 5
+MAX_RECEPTORS = 64
 
 
-def encode(X, encoding, low=None, span=None, clip=False):
+def n_receptors(given, n_features):
+    """Receptors per feature of ``encoding='population'``: ``given`` (an int), or under
+    ``'auto'`` ``ceil(64 / n_features)`` kept within [5, 64]."""
+    if not isinstance(given, str):
+        return int(given)
+    d = max(1, int(n_features))
+    return int(min(MAX_RECEPTORS, max(MIN_RECEPTORS, -(-AUTO_RECEPTOR_INPUTS // d))))
+
+
+def encoding_width(encoding, receptors):
+    """Inputs the hash reads per feature under ``encoding`` (``receptors``: the resolved
+    receptor count, read by ``'population'`` only)."""
+    return int(receptors) if encoding == "population" else ENCODING_WIDTH[encoding]
+
+
+def receptor_centre(q, receptors):
+    """Centre of receptor ``q`` of ``receptors`` (a Python float, ``q / (receptors - 1)``:
+    one correctly rounded division, as the CUDA kernel computes it)."""
+    return q / (receptors - 1)
+
+
+def encode(X, encoding, low=None, span=None, clip=False, receptors=MIN_RECEPTORS):
     """The inputs the hash reads for dense rows ``X`` (NumPy or CuPy).
 
     ``low`` and ``span`` (float64 arrays on ``X``'s device, one entry per feature; both
@@ -67,9 +100,9 @@ def encode(X, encoding, low=None, span=None, clip=False):
       :data:`THERMOMETER_SLOPE`: a feature at the bottom of its range is silent, one at
       the top drives every ramp (1, 1, 1, 0.75, 0.25; large values win, as in the raw
       hash), and the level in between is coded against a fixed reference.
-    * ``'population'``: five receptors with triangular tuning curves,
-      ``max(0, w - |u - c|)`` for the centres ``c`` of :data:`RECEPTOR_CENTRES` and
-      ``w =`` :data:`RECEPTOR_HALF_WIDTH`.
+    * ``'population'``: ``receptors`` receptors (``L``) with triangular tuning curves,
+      ``max(0, w - |u - c_q|)`` for the centres ``c_q = q / (L - 1)`` and
+      ``w = RECEPTOR_SPREAD / (L - 1)`` (:data:`RECEPTOR_SPREAD`).
     * ``'complement'``: ``[u, 1 - u]`` (complement coding, as in fuzzy ART).
 
     Columns go receptor by receptor (``[r_0(X), r_1(X), ...]``). Every operation is one
@@ -89,8 +122,9 @@ def encode(X, encoding, low=None, span=None, clip=False):
         return xp.concatenate(
             [xp.clip((X - t) * THERMOMETER_SLOPE, 0.0, 1.0) for t in THERMOMETER_THRESHOLDS], axis=1
         )
-    w = RECEPTOR_HALF_WIDTH
-    return xp.concatenate([xp.maximum(w - xp.abs(X - c), 0.0) for c in RECEPTOR_CENTRES], axis=1)
+    L = int(receptors)
+    w = RECEPTOR_SPREAD / (L - 1)
+    return xp.concatenate([xp.maximum(w - xp.abs(X - receptor_centre(q, L)), 0.0) for q in range(L)], axis=1)
 
 
 # --------------------------------------------------------------------------- #

@@ -35,7 +35,7 @@ from ._weights import check_exact, on_grid
 __all__ = ["merge_flynn", "fit_federated"]
 
 #: Parameters that define the projection (and the input transform): parties must agree on them.
-_SHARED = (*HASH_PARAMS, "encoding", "input_range", "normalize", "random_state")
+_SHARED = (*HASH_PARAMS, "encoding", "n_receptors", "input_range", "normalize", "random_state")
 
 
 def _shared_params(params):
@@ -170,6 +170,22 @@ def _check_local_shards(shards):
     _agreed_feature_names(names, who, "fit_federated", warn=False)
 
 
+def _set_merged_calibration(clf, calibrations):
+    """The merged model's ``predict_proba`` calibration: the sum of the parties' held-out
+    loss tables (each cross-fitted on its own data; tables are sums over rows), or none (the
+    default scale) when a party has none (a private release)."""
+    if not calibrations or any(c is None or c[0] is None or c[1] is None for c in calibrations):
+        clf._set_calibration(None)
+        return
+    table = np.sum([np.asarray(c[0], dtype=np.float64) for c in calibrations], axis=0)
+    hits = (sum(float(c[1][0]) for c in calibrations), sum(float(c[1][1]) for c in calibrations))
+    clf._set_calibration(table, hits)
+
+
+def _calibration_of(clf):
+    return getattr(clf, "calibration_loss_", None), getattr(clf, "held_out_hits_", None)
+
+
 def _combine(template, parts, names, input_range=(None, None)):
     """A fitted classifier with the summed counts of ``parts`` [(classes, counts, n_features), ...].
 
@@ -292,6 +308,7 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
     parts = [(m.classes_, to_host(m.counts_), m.n_features_in_) for m in models]
     ranges = (ref.input_low_, ref.input_high_) if hasattr(ref, "input_low_") else (None, None)
     merged = _combine(FlyNNClassifier(**params), parts, [f"models[{i}]" for i in range(len(models))], ranges)
+    _set_merged_calibration(merged, [_calibration_of(m) for m in models])
     if names is not None:
         merged.feature_names_in_ = names
     if all(hasattr(m, "dp_accounting_") for m in models):
@@ -362,6 +379,7 @@ def _fit_party(X, y, params, index, dp=None):
         "feature_names": getattr(clf, "feature_names_in_", None),
         "n_samples": None if dp is not None else int(np.asarray(to_host(y)).shape[0]),
         "dp_accounting": getattr(clf, "dp_accounting_", None),
+        "calibration": _calibration_of(clf),
     }
 
 
@@ -496,6 +514,7 @@ def fit_federated(
     names = _agreed_feature_names([r.get("feature_names") for r in results], who, "fit_federated")
     parts = [(r["classes"], r["counts"], r["n_features"]) for r in results]
     clf = _combine(FlyNNClassifier(**full), parts, [f"shard {i}" for i in range(len(parts))], ranges)
+    _set_merged_calibration(clf, [r.get("calibration") for r in results])
     if names is not None:
         clf.feature_names_in_ = names
     if dp is not None:

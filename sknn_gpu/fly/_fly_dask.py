@@ -33,7 +33,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from .._backend import take_rows, to_device, to_host
 from .._dask import device_of, is_dask_collection, merge_rows, row_blocks, shared, tree_reduce
 from .._progress import Progress
-from . import _encoding, _weights
+from . import _calibration, _encoding, _weights
 from ._common import check_dask_X, host_labels, label_kind
 
 __all__ = ["fit", "column_range", "aligned", "classes", "counts", "score"]
@@ -239,9 +239,33 @@ def fit(est, X, y, what, first, sample_weight=None):
     total, n, bar.n = counts(est, X, y, what, w)
     if not first:
         total = _weights.check_exact(est.counts_ + total, what)
-    est._set_counts(total)
+        cal = _calibration.held_out_table(est, *_calibration_sample(est, X, y, w))
+        est._set_counts(total)
+        est._add_calibration(*cal)
+    else:
+        est._set_counts(total)
+        est._set_calibration(*_calibration.loss_table(est, *_calibration_sample(est, X, y, w)))
     bar.close(samples=n, classes=len(est.classes_))
     return est
+
+
+def _calibration_sample(est, X, y, w):
+    """``(X, y_idx, weights)`` in memory: the calibration rows of the Dask data, the rows an
+    in-memory fit on the same data picks (at most ``CALIBRATION_ROWS``, evenly spread over
+    the rows of nonzero weight), so both calibrate alike; only these rows reach the client."""
+    import dask
+
+    if w is None:
+        rows = _calibration.calibration_rows(X.shape[0])
+    else:
+        keep = np.flatnonzero(np.asarray(to_host(dask.compute(w)[0]), dtype=np.float64) != 0)
+        rows = keep[_calibration.calibration_rows(keep.size)]
+    Xc, yc = dask.compute(X[rows], y[rows])
+    Xc = est._validate_X(Xc, reset=False)
+    weights = None
+    if w is not None:
+        weights = _weights.check_sample_weight(np.asarray(to_host(dask.compute(w[rows])[0])), len(rows))
+    return Xc, est._encode_y(host_labels(yc), len(rows)), weights
 
 
 # ----------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from .._sklearn_compat import Interval, StrOptions, _fit_context, check_partial_
 from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin, keeps_model, reject_time_dtypes, validates_params
 from . import _counts_io, _fly_dask, _flynn_batches, _weights
+from ._calibration import check_class_information, held_out_table, loss_table, scale_of
 from ._common import (
     HASH_PARAMS,
     check_fitted_params,
@@ -51,7 +52,7 @@ from ._common import (
     host_labels,
     refuse_bools,
 )
-from ._encoding import ENCODING_WIDTH, input_range
+from ._encoding import encoding_width, input_range, n_receptors
 from ._flyhash import FlyHashTransformer
 from ._flynn_engine import engine
 from ._flynn_size import check_size
@@ -59,11 +60,19 @@ from ._privacy import private_copy
 
 __all__ = ["FlyNNClassifier", "PAPERS_FLYNN"]
 
-#: The FlyNN of the papers (Sinha & Ram; this package's defaults before 2026-11-26): the
-#: raw features (rows centred and scaled), 20 cells per feature reading 10 % of them,
-#: k=32 and the filters ``gamma ** counts`` with ``gamma=0.5``.
-#: ``FlyNNClassifier(**PAPERS_FLYNN)`` builds it.
-PAPERS_FLYNN = dict(n_components=None, connection_sparsity=0.1, k=32, gamma=0.5, encoding=None, decay="count")
+#: The FlyNN of the papers (Sinha & Ram) at the smallest scale they used: the raw features
+#: (rows centred and scaled), 256 cells per feature (their settings ran from 256 to 1,024 per
+#: feature) reading 10 % of them, k=32 and the filters ``gamma ** counts`` with
+#: ``gamma=0.5``. ``FlyNNClassifier(**PAPERS_FLYNN)`` builds it (784 features: 200,704 cells).
+PAPERS_FLYNN = dict(
+    n_components=None,
+    expansion_factor=256.0,
+    connection_sparsity=0.1,
+    k=32,
+    gamma=0.5,
+    encoding=None,
+    decay="count",
+)
 
 #: Default ``n_connections``: ``connection_sparsity`` of the inputs the hash reads, at
 #: least 2 and at most this many (more cost time and did not help in the defaults
@@ -77,6 +86,7 @@ MODEL_PARAMS = (
     *HASH_PARAMS,
     "random_state",
     "encoding",
+    "n_receptors",
     "input_range",
     "normalize",
     "gamma",
@@ -99,7 +109,24 @@ def _labels(est, X=None):
 
 def _hash_constraints():
     src = getattr(FlyHashTransformer, "_parameter_constraints", {})
-    return {name: src.get(name, "no_validation") for name in (*HASH_PARAMS, "precision")}
+    out = {name: src.get(name, "no_validation") for name in (*HASH_PARAMS, "precision")}
+    out["n_components"] = [*out["n_components"], StrOptions({"auto"})]
+    return out
+
+
+#: ``n_components='auto'``: cells for an input of at most :data:`AUTO_WIDE_INPUTS` encoded
+#: values, and for a wider one (where each cell's sum and the winners' selection cost most of
+#: a prediction). Chosen on the development suite (``benchmarks/tools/sweep_flynn_devsuite.py``):
+#: 32,768 cells came 1.2 points closer to k-NN than 8,192 on average, and no table did
+#: better by sizing the cells to the number of training rows.
+AUTO_CELLS = 32768
+AUTO_CELLS_WIDE = 16384
+AUTO_WIDE_INPUTS = 1024
+
+
+def auto_cells(width):
+    """The cells of ``n_components='auto'`` for ``width`` encoded inputs per row."""
+    return AUTO_CELLS if int(width) <= AUTO_WIDE_INPUTS else AUTO_CELLS_WIDE
 
 
 class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
@@ -118,11 +145,14 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     Parameters
     ----------
-    n_components : int, default=8192
+    n_components : int, 'auto' or None, default='auto'
         Number of Kenyon cells ``m`` (hash length); forwarded to
-        :class:`~sknn_gpu.fly.FlyHashTransformer`. ``None``:
+        :class:`~sknn_gpu.fly.FlyHashTransformer`. ``'auto'``: 32,768 cells when the hash
+        reads at most 1,024 values per row, 16,384 for a wider input (the prediction's
+        cost grows with the cells; the user guide shows the trade). ``None``:
         ``int(expansion_factor * inputs)``, where ``inputs`` is the number of values
-        the hash reads per row (``n_features`` times 5, 2 or 1, by ``encoding``).
+        the hash reads per row (``n_features`` times the receptors per feature of
+        ``encoding``: ``n_receptors``, 5, 2 or 1).
     expansion_factor : float, default=20.0
         Cells per input when ``n_components`` is None.
     n_connections : int, default=None
@@ -141,26 +171,34 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         pixels), which a GPU then hashes exactly on tensor cores (``'exact'`` does
         that too when the input happens to be integer-valued). Read at every call,
         so it can be changed after ``fit`` (parties of a federation may differ).
-    encoding : {'thermometer', 'population', 'complement'} or None, default='thermometer'
+    encoding : {'population', 'thermometer', 'complement'} or None, default='population'
         What the hash reads of each feature, scaled to its range (``input_range``).
         FlyHash's winners ignore a row's offset and scale (every cell sums the same
         number of inputs), which costs accuracy where those carry the class (the
         user guide measures it). An encoding gives each feature a fixed reference,
-        so the hash sees them (5, 5 or 2 inputs per feature):
-        ``'thermometer'`` (the default) five saturating ramps with thresholds at
-        0.1, 0.3, ..., 0.9 of the range, each rising over 0.4 of it, so a feature at
-        the bottom of its range is silent and one at the top drives them all (large
-        values win, as in the raw hash); ``'population'`` five receptors with triangular tuning curves centred
-        at 0, 0.25, ..., 1 (closest to k-NN on small dense tables, weak where most
-        features sit at zero); ``'complement'`` reads ``u`` and ``1 - u``; ``None``
-        the raw features (the FlyHash of the papers). Sparse input is made dense a
-        batch at a time under an encoding.
+        so the hash sees them: ``'population'`` (the default) ``n_receptors``
+        receptors per feature with triangular tuning curves evenly spread over the
+        range, each as wide as four spacings between centres, so a value excites the
+        receptors near it (a population code: nearby values share receptors, far ones
+        none); ``'thermometer'`` five saturating ramps with thresholds at 0.1, 0.3,
+        ..., 0.9 of the range, each rising over 0.4 of it, so a feature at the bottom
+        of its range is silent and one at the top drives them all; ``'complement'``
+        reads ``u`` and ``1 - u``; ``None`` the raw features (the FlyHash of the
+        papers). Sparse input is made dense a batch at a time under an encoding.
+    n_receptors : int in [2, 256] or 'auto', default='auto'
+        Receptors per feature of ``encoding='population'`` (ignored otherwise).
+        ``'auto'``: ``ceil(64 / n_features)``, at least 5 and at most 64, so that a
+        table of few features is read finely enough to tell nearby values apart (2
+        features: 32 receptors each; 13 or more: 5 each).
     input_range : 'fit' or (low, high), default='fit'
         The range of each feature that an ``encoding``'s receptors tile (ignored
         without one). ``'fit'``: each feature's minimum and maximum in the data that
         ``fit`` (or the first ``partial_fit``) sees, kept in ``input_low_`` and
         ``input_high_``; values beyond it are read as its ends, as
-        ``MinMaxScaler(clip=True)`` would (a constant feature reads 0). ``(low,
+        ``MinMaxScaler(clip=True)`` would (a constant feature reads 0). A
+        heavy-tailed feature then sits in the bottom receptors: a
+        :class:`~sklearn.preprocessing.QuantileTransformer` in front (with
+        ``input_range=(0, 1)``) reads it across its mass (the user guide measures it). ``(low,
         high)``, scalars or arrays of one value per feature with ``low <= high`` (a
         feature with ``low == high`` reads 0): a fixed range, e.g. ``(0, 255)`` for
         pixels or ``(0, 1)`` after a ``MinMaxScaler``; values outside it raise
@@ -247,6 +285,19 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Hash length ``m``.
     k_ : int
         Winners per code.
+    n_receptors_ : int
+        Receptors per feature of ``encoding='population'`` (resolved from
+        ``n_receptors``).
+    proba_scale_ : float
+        The scale ``s`` of :meth:`predict_proba`, ``softmax(-novelty * s / k_)``,
+        chosen in ``fit`` on held-out counts (see Notes).
+    calibration_loss_ : ndarray of shape (45,) or None
+        The held-out log-loss of the calibration rows for each candidate scale
+        (``2 ** (i / 4 - 2)``, 0.25 to 512), summed over the rows; ``proba_scale_`` is
+        its minimum. None for a private release (the default scale, 64).
+    held_out_hits_ : tuple of (float, float) or None
+        ``(correct, total)``: how many calibration rows (their weight) the held-out
+        model classified right, and how many there were.
     n_features_in_ : int
         Number of input features.
     input_low_, input_high_ : ndarray of shape (n_features,), float64
@@ -265,24 +316,36 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     Notes
     -----
-    The defaults (thermometer encoding over the fitted range, 8,192 cells, at most
-    16 connections, 256 winners, ``gamma=0.03`` with relative decay) come from a
-    cross-validated sweep over scikit-learn's offline datasets and a synthetic
-    FashionMNIST-shaped mixture (``benchmarks/tools/sweep_flynn_defaults.py
-    --defaults``; the user guide shows it): on digits, iris, wine and
-    breast_cancer they come within 1.5 points of the best of 1-, 3- and 5-NN on
-    average (the papers' FlyNN: 9.5 points). The papers' FlyNN is
-    ``FlyNNClassifier(**sknn_gpu.fly.PAPERS_FLYNN)``: ``n_components=None,
-    connection_sparsity=0.1, k=32, gamma=0.5, encoding=None, decay='count'``.
+    The defaults (population encoding with ``n_receptors='auto'`` over the fitted
+    range, 32,768 cells (16,384 for wide inputs), at most 16 connections, 256
+    winners, ``gamma=0.03`` with relative decay) were chosen by 5-fold
+    cross-validation on a development suite of nineteen real tables
+    (``benchmarks/tools/sweep_flynn_devsuite.py``) and judged on tables outside it;
+    the user guide gives both results and where FlyNN is the wrong tool. The papers'
+    FlyNN is ``FlyNNClassifier(**sknn_gpu.fly.PAPERS_FLYNN)``: ``n_components=None,
+    expansion_factor=256, connection_sparsity=0.1, k=32, gamma=0.5, encoding=None,
+    decay='count'``.
 
     The hash's sizes differ from :class:`FlyHashTransformer`'s defaults (20 units per
     input, 10 % connections, 32 winners: the papers' hash, a general-purpose one
     whose codes are its output) because they were chosen for this classifier's
-    accuracy, by the sweep above, on inputs the thermometer makes five times wider:
-    a fixed 8,192 cells (20 per encoded input would be 6,400 on digits and 78,400 on
-    784 features; 16,384 did slightly worse), 20 % of the inputs with at most 16
-    connections (the encodings sweep's best recipes read 20 %; more connections cost
-    time without helping) and 256 winners (128 and 512 both did worse).
+    accuracy on the development suite: more cells helped on every kind of table
+    (8,192 to 32,768: 1.2 points closer to k-NN on average), 20 % of the inputs with
+    at most 16 connections (10 % did as well; more connections cost time without
+    helping) and 256 winners (128 and 512 both did slightly worse).
+
+    ``predict_proba`` is calibrated in ``fit``: up to 16,384 training rows, spread
+    evenly, are split in five folds, and each row is scored by the model of the
+    counts without its fold (the counts minus the fold's own counts: no second
+    fit). The scale of least held-out log-loss becomes ``proba_scale_``. The same
+    held-out predictions give ``held_out_hits_``, and ``fit`` warns when they barely
+    beat always predicting the most frequent class (the codes then carry almost no
+    class information). The held-out losses add up: each later :meth:`partial_fit`
+    batch adds its rows' losses under the model before it, and a federated merge
+    adds the parties' own (so a merged model's scale is chosen on every party's
+    held-out rows; its counts and predictions are those of the pooled fit, its scale
+    may differ from the pooled fit's by a step of the grid). A private release has no
+    calibration (it was computed from the exact data) and uses the scale 64.
 
     Integer counts make CPU and GPU models bit-identical; novelties are summed in
     float64 in the same order on both devices, so predictions are identical too.
@@ -332,6 +395,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     _parameter_constraints: dict = {
         **_hash_constraints(),
         "encoding": [StrOptions({"thermometer", "population", "complement"}), None],
+        "n_receptors": [Interval(Integral, 2, 256, closed="both"), StrOptions({"auto"})],
         "input_range": [StrOptions({"fit"}), tuple, list],
         "gamma": [Interval(Real, 0.0, 1.0, closed="left")],
         "decay": [StrOptions({"relative", "count"})],
@@ -346,14 +410,15 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
 
     def __init__(
         self,
-        n_components=8192,
+        n_components="auto",
         *,
         expansion_factor=20.0,
         n_connections=None,
         connection_sparsity=0.2,
         k=256,
         precision="exact",
-        encoding="thermometer",
+        encoding="population",
+        n_receptors="auto",
         input_range="fit",
         gamma=0.03,
         decay="relative",
@@ -372,6 +437,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.k = k
         self.precision = precision
         self.encoding = encoding
+        self.n_receptors = n_receptors
         self.input_range = input_range
         self.gamma = gamma
         self.decay = decay
@@ -454,6 +520,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """The FlyHash parameters for ``width`` inputs per row, ``n_connections=None``
         resolved to FlyNN's default (capped at :data:`MAX_DEFAULT_CONNECTIONS`)."""
         params = {name: getattr(self, name) for name in HASH_PARAMS}
+        if isinstance(params["n_components"], str):
+            params["n_components"] = auto_cells(width)
         if params["n_connections"] is None:
             s = min(MAX_DEFAULT_CONNECTIONS, int(self.connection_sparsity * width))
             params["n_connections"] = min(int(width), max(2, s))
@@ -496,7 +564,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             # a RandomState instance: draw a seed once so the hash is fixed for this fit
             seed = int(rng.randint(np.iinfo(np.int32).max))
             rng = np.random.RandomState(seed)
-        width = ENCODING_WIDTH[self.encoding] * int(n_features)  # the inputs the hash reads
+        self.n_receptors_ = n_receptors(self.n_receptors, n_features)
+        # the inputs the hash reads
+        width = encoding_width(self.encoding, self.n_receptors_) * int(n_features)
         hasher = FlyHashTransformer(**self._hasher_params(width), random_state=seed, device=device)
         sizes = hasher._sizes(width)
         self._check_size("fit", n_samples, n_features=width, sizes=sizes, caller=caller)
@@ -536,6 +606,23 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         for name in ("_filters_t", "classes_"):
             self._device_copy(name)
 
+    def _set_calibration(self, table, hits=None):
+        """Install the calibration ``table`` (None: none, the default scale) with the scale of
+        ``predict_proba`` it picks, and the held-out accuracy ``hits = (correct, total)``."""
+        self.calibration_loss_ = None if table is None else np.asarray(table, dtype=np.float64)
+        self.proba_scale_ = scale_of(self.calibration_loss_)
+        self.held_out_hits_ = None if hits is None else (float(hits[0]), float(hits[1]))
+        if hits is not None:
+            check_class_information(self)
+
+    def _add_calibration(self, table, hits):
+        """Add a batch's calibration (``partial_fit``) to the model's; a model without one
+        (a private release) stays without."""
+        if getattr(self, "calibration_loss_", None) is None or self.held_out_hits_ is None:
+            return
+        old = self.held_out_hits_
+        self._set_calibration(self.calibration_loss_ + table, (old[0] + hits[0], old[1] + hits[1]))
+
     # ------------------------------------------------------------------ #
     # pickles                                                              #
     # ------------------------------------------------------------------ #
@@ -558,6 +645,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         counts = state.get("counts_")
         if isinstance(counts, np.ndarray) and counts.dtype.kind == "u":
             state["counts_"] = counts.astype(np.int64)
+        if "counts_" in state:  # pickled before the population encoding took a receptor count
+            state.setdefault("n_receptors_", 5)
+        state.setdefault("n_receptors", "auto")
         super().__setstate__(state)
         if "counts_" in self.__dict__ and "filters_" not in self.__dict__:
             self._install_filters(self._filters_of(self.counts_))
@@ -671,6 +761,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self._init_model(X.shape[1], X.shape[0])
         bar = self._progress("fit", X.shape[0])
         self._set_counts(self._count(X, y_idx, bar, weights))
+        self._set_calibration(*loss_table(self, X, y_idx, weights))
         bar.close(samples=X.shape[0], classes=len(self.classes_))
         return self
 
@@ -736,13 +827,16 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             bar = self._progress("partial_fit", X.shape[0])
             total = self.counts_ + self._count(X, y_idx, bar, weights)
             _weights.check_exact(total, "partial_fit")
+            table, hits = held_out_table(self, X, y_idx, weights)  # the batch, by the model before it
             self._set_counts(total)
+            self._add_calibration(table, hits)
             bar.close(samples=X.shape[0])
             return self
         self._set_input_range(X=X)
         self._init_model(X.shape[1], X.shape[0], caller="partial_fit")
         bar = self._progress("partial_fit", X.shape[0])
         self._set_counts(self._count(X, y_idx, bar, weights))
+        self._set_calibration(*loss_table(self, X, y_idx, weights))
         bar.close(samples=X.shape[0])
         return self
 
@@ -825,7 +919,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     @fitted_method
     @dask_rows(_per_class)
     def predict_proba(self, X: ArrayLike) -> Array:
-        """Class probabilities: softmax of ``-novelty / k_``.
+        """Class probabilities: softmax of ``-novelty * proba_scale_ / k_``.
+
+        ``proba_scale_`` was chosen in ``fit`` on held-out counts (see the class's Notes),
+        so the probabilities are calibrated: their log-loss is what cross-validation saw.
 
         Parameters
         ----------
@@ -839,7 +936,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             Rows sum to 1; columns follow ``classes_``.
         """
         nov = self._novelty(X, "predict_proba")
-        z = -nov / float(self.k_)
+        z = -nov * (float(getattr(self, "proba_scale_", scale_of(None))) / float(self.k_))
         z = z - z.max(axis=1, keepdims=True)
         e = array_module(z).exp(z)
         return e / e.sum(axis=1, keepdims=True)

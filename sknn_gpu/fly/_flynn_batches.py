@@ -40,8 +40,8 @@ def encode_batch(est, Xb):
     # and clipping it keeps the bits of a fit over the same range under 'fit' (federated merges)
     clip = fitted or low is not None
     if est.device_ == "cuda" and not est._normalizes():  # one kernel, straight to float32
-        return _flynn_cuda.encode(Xb, est.encoding, low, span, clip=clip)
-    return _encoding.encode(Xb, est.encoding, low, span, clip=clip)
+        return _flynn_cuda.encode(Xb, est.encoding, low, span, clip=clip, receptors=est.n_receptors_)
+    return _encoding.encode(Xb, est.encoding, low, span, clip=clip, receptors=est.n_receptors_)
 
 
 def batch_winners(est, X, bar=None):

@@ -15,11 +15,10 @@ import numpy as np
 from .._backend import device_limits, get_cupy
 from .._kernels import get_function
 from ._encoding import (
-    ENCODING_WIDTH,
-    RECEPTOR_CENTRES,
-    RECEPTOR_HALF_WIDTH,
+    RECEPTOR_SPREAD,
     THERMOMETER_SLOPE,
     THERMOMETER_THRESHOLDS,
+    encoding_width,
 )
 
 __all__ = [
@@ -76,7 +75,7 @@ def row_normalize(X):  # pragma: no cover - needs a GPU
 _ENC_KIND = {"thermometer": 0, "population": 1, "complement": 2}
 
 
-def encode(X, encoding, low=None, span=None, clip=False):  # pragma: no cover - needs a GPU
+def encode(X, encoding, low=None, span=None, clip=False, receptors=5):  # pragma: no cover - needs a GPU
     """:func:`sknn_gpu.fly._encoding.encode` in one kernel, straight to the float32 the hash
     reads (the reference's float64 or input-dtype result, cast): one pass instead of a
     dozen CuPy element-wise passes and a float64 copy. Same bits as the reference
@@ -85,12 +84,13 @@ def encode(X, encoding, low=None, span=None, clip=False):  # pragma: no cover - 
     if X.strides[1] != X.itemsize:
         X = cp.ascontiguousarray(X)
     n, d = X.shape
-    kind, width = _ENC_KIND[encoding], ENCODING_WIDTH[encoding]
+    kind = _ENC_KIND[encoding]
+    width = encoding_width(encoding, receptors)
     out = cp.empty((n, width * d), dtype=cp.float32)
     if kind == 0:
         consts = (*THERMOMETER_THRESHOLDS, THERMOMETER_SLOPE)
-    else:  # complement reads none of them
-        consts = (*RECEPTOR_CENTRES, RECEPTOR_HALF_WIDTH)
+    else:  # the population's half-width (its centres are computed in the kernel); complement reads none
+        consts = (0.0, 0.0, 0.0, 0.0, 0.0, RECEPTOR_SPREAD / (width - 1))
     t = "float" if X.dtype == cp.float32 else "double"
     ranged = low is not None
     kern = get_function(

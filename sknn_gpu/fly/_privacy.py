@@ -69,6 +69,7 @@ PUBLIC_FITTED = (
     "hasher_",
     "n_components_",
     "k_",
+    "n_receptors_",
     "input_low_",
     "input_high_",
     "_fitted_params_",
@@ -352,6 +353,7 @@ def private_copy(est, epsilon, n_released):
     if hasattr(out, "hasher_"):
         out.hasher_.__dict__.pop("_device_cache", None)
     out._set_counts(to_device(private, est.device_))
+    out._set_calibration(None)  # the held-out losses were computed from the exact data: not released
     dropped = [
         name
         for name in vars(est)

@@ -1,0 +1,186 @@
+"""FlyNN's calibrated ``predict_proba`` (held-out loss tables), its capacity and receptor
+defaults, and the warning for codes that carry no class information."""
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.metrics import log_loss
+from sklearn.model_selection import train_test_split
+
+from sknn_gpu._backend import to_host
+from sknn_gpu.fly import FlyNNClassifier, merge_flynn
+from sknn_gpu.fly._calibration import (
+    CALIBRATION_ROWS,
+    DEFAULT_SCALE,
+    SCALE_GRID,
+    calibration_rows,
+    class_information,
+    scale_of,
+)
+from sknn_gpu.fly._flynn import AUTO_CELLS, AUTO_CELLS_WIDE, auto_cells
+
+
+@pytest.fixture(scope="module")
+def digits_split():
+    X, y = load_digits(return_X_y=True)
+    return train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
+
+
+def _small(**kw):
+    return FlyNNClassifier(n_components=2048, k=64, random_state=0, **kw)
+
+
+def test_calibration_rows_spread_evenly():
+    assert np.array_equal(calibration_rows(10), np.arange(10))
+    rows = calibration_rows(3 * CALIBRATION_ROWS + 5)
+    assert len(rows) <= CALIBRATION_ROWS and rows[0] == 0 and np.all(np.diff(rows) == 4)
+    assert scale_of(None) == DEFAULT_SCALE
+    table = np.full(len(SCALE_GRID), 3.0)
+    table[7] = table[9] = 1.0  # ties go to the smaller scale
+    assert scale_of(table) == SCALE_GRID[7]
+
+
+def test_predict_proba_is_calibrated_on_held_out_counts(device, digits_split):
+    X_train, X_test, y_train, y_test = digits_split
+    clf = FlyNNClassifier(random_state=0, device=device).fit(X_train, y_train)
+    assert clf.proba_scale_ in SCALE_GRID and clf.proba_scale_ > 1
+    assert clf.calibration_loss_.shape == SCALE_GRID.shape
+    assert clf.proba_scale_ == SCALE_GRID[np.argmin(clf.calibration_loss_)]
+    proba = to_host(clf.predict_proba(X_test))
+    calibrated = log_loss(y_test, proba, labels=clf.classes_)
+    # the old softmax(-novelty / k) was nearly uniform: log-loss near log(10) = 2.30
+    nov = to_host(clf.novelty(X_test))
+    z = -nov / clf.k_
+    flat = np.exp(z - z.max(axis=1, keepdims=True))
+    flat /= flat.sum(axis=1, keepdims=True)
+    assert calibrated < 0.3 < 2.0 < log_loss(y_test, flat, labels=clf.classes_)
+    # the held-out hits are the cross-fitted predictions of the training rows
+    correct, total = clf.held_out_hits_
+    assert total == len(y_train) and 0.9 < correct / total <= 1.0
+    # the chosen scale's table entry is the summed held-out loss of the training rows
+    assert np.min(clf.calibration_loss_) / total < 0.3
+
+
+def test_calibration_table_matches_a_manual_cross_fit(digits_split):
+    from sknn_gpu.fly import _flynn_cpu
+
+    X_train, _, y_train, _ = digits_split
+    clf = _small(device="cpu").fit(X_train, y_train)
+    Xv = clf._validate_X(X_train, reset=False)
+    W = np.concatenate([w for _, w in clf._batch_winners(Xv)])
+    y_idx = np.searchsorted(clf.classes_, y_train)
+    fold = np.arange(len(y_train)) % 5
+    expected = np.zeros(len(SCALE_GRID))
+    for f in range(5):
+        sel = fold == f
+        counts = clf.counts_ - _flynn_cpu.count(W[sel], y_idx[sel], len(clf.classes_), clf.n_components_)
+        nov = _flynn_cpu.novelty(W[sel], np.ascontiguousarray(clf._filters_of(counts).T))
+        for i, s in enumerate(SCALE_GRID):
+            z = -(nov - nov.min(axis=1, keepdims=True)) * (s / clf.k_)
+            lse = np.log(np.exp(z).sum(axis=1))
+            expected[i] += np.sum(lse - z[np.arange(sel.sum()), y_idx[sel]])
+    np.testing.assert_allclose(clf.calibration_loss_, expected, rtol=1e-12)
+
+
+def test_calibration_is_the_same_on_both_devices(device, digits_split):
+    X_train, X_test, y_train, _ = digits_split
+    ref = _small(device="cpu").fit(X_train, y_train)
+    clf = _small(device=device).fit(X_train, y_train)
+    assert np.array_equal(clf.calibration_loss_, ref.calibration_loss_)
+    assert clf.proba_scale_ == ref.proba_scale_ and clf.held_out_hits_ == ref.held_out_hits_
+    np.testing.assert_allclose(to_host(clf.predict_proba(X_test)), ref.predict_proba(X_test), rtol=1e-12)
+
+
+def test_partial_fit_adds_each_batch_scored_by_the_model_before_it(digits_split):
+    X_train, _, y_train, _ = digits_split
+    first = _small(input_range=(0, 16), device="cpu").partial_fit(
+        X_train[:600], y_train[:600], classes=np.arange(10)
+    )
+    one = _small(input_range=(0, 16), device="cpu").fit(X_train[:600], y_train[:600])
+    assert np.array_equal(first.calibration_loss_, one.calibration_loss_)  # the first call cross-fits
+    before = first.calibration_loss_.copy(), first.held_out_hits_
+    stream = first.partial_fit(X_train[600:], y_train[600:])
+    # the second batch, scored by the model of the first 600 rows
+    probe = _small(input_range=(0, 16), device="cpu").fit(X_train[:600], y_train[:600])
+    from sknn_gpu.fly._calibration import held_out_table
+
+    Xv = probe._validate_X(X_train[600:], reset=False)
+    table, hits = held_out_table(probe, Xv, np.searchsorted(probe.classes_, y_train[600:]))
+    np.testing.assert_allclose(stream.calibration_loss_, before[0] + table, rtol=1e-12)
+    assert stream.held_out_hits_ == (before[1][0] + hits[0], before[1][1] + hits[1])
+    assert np.array_equal(
+        stream.counts_, _small(input_range=(0, 16), device="cpu").fit(X_train, y_train).counts_
+    )
+
+
+def test_merge_adds_the_parties_tables_and_keeps_pooled_predictions(digits_split):
+    X_train, X_test, y_train, _ = digits_split
+    params = dict(n_components=2048, k=64, input_range=(0, 16), random_state=0, device="cpu")
+    parts = np.array_split(np.arange(len(y_train)), 3)
+    models = [FlyNNClassifier(**params).fit(X_train[p], y_train[p]) for p in parts]
+    merged = merge_flynn(models)
+    pooled = FlyNNClassifier(**params).fit(X_train, y_train)
+    assert np.array_equal(merged.counts_, pooled.counts_)
+    assert np.array_equal(merged.predict(X_test), pooled.predict(X_test))
+    np.testing.assert_allclose(merged.calibration_loss_, sum(m.calibration_loss_ for m in models))
+    assert merged.held_out_hits_[1] == len(y_train)
+    assert merged.proba_scale_ == scale_of(merged.calibration_loss_)
+
+
+def test_private_release_has_no_calibration(digits_split):
+    X_train, X_test, y_train, _ = digits_split
+    clf = _small(input_range=(0, 16), device="cpu").fit(X_train, y_train)
+    private = clf.privatize(1.0, 1)
+    assert private.calibration_loss_ is None and private.held_out_hits_ is None
+    assert private.proba_scale_ == DEFAULT_SCALE
+    assert {"calibration_loss_", "held_out_hits_"} <= set(private.dp_accounting_["dropped"])
+    other = _small(input_range=(0, 16), device="cpu").fit(X_train, y_train).privatize(1.0, 1)
+    merged = merge_flynn([private, other])
+    assert merged.calibration_loss_ is None and merged.proba_scale_ == DEFAULT_SCALE
+
+
+def test_counts_file_keeps_the_calibration(digits_split):
+    X_train, X_test, y_train, _ = digits_split
+    clf = _small(device="cpu").fit(X_train, y_train)
+    buf = io.BytesIO()
+    clf.export_counts(buf)
+    buf.seek(0)
+    back = FlyNNClassifier.from_counts(buf, device="cpu")
+    assert np.array_equal(back.calibration_loss_, clf.calibration_loss_)
+    assert back.held_out_hits_ == clf.held_out_hits_ and back.proba_scale_ == clf.proba_scale_
+    assert np.array_equal(back.predict_proba(X_test), clf.predict_proba(X_test))
+
+
+def test_auto_capacity_and_receptors(digits_split):
+    X_train, _, y_train, _ = digits_split
+    assert auto_cells(320) == AUTO_CELLS == 32768 and auto_cells(3920) == AUTO_CELLS_WIDE == 16384
+    clf = FlyNNClassifier(random_state=0, device="cpu").fit(X_train[:200], y_train[:200])
+    assert clf.n_components_ == 32768 and clf.n_receptors_ == 5 and clf.hasher_.n_features_in_ == 320
+    two = FlyNNClassifier(random_state=0, device="cpu").fit(X_train[:200, :2], y_train[:200])
+    assert two.n_receptors_ == 32 and two.hasher_.n_features_in_ == 64
+    nine = FlyNNClassifier(n_receptors=9, random_state=0, device="cpu").fit(X_train[:50], y_train[:50])
+    assert nine.n_receptors_ == 9
+    with pytest.raises(ValueError, match="n_receptors"):
+        FlyNNClassifier(n_receptors=1).fit(X_train[:50], y_train[:50])
+    with pytest.raises(ValueError, match="n_components"):
+        FlyNNClassifier(n_components="big").fit(X_train[:50], y_train[:50])
+
+
+def test_warns_when_codes_carry_no_class_information():
+    rng = np.random.default_rng(0)
+    # two classes that differ only by their spread: FlyHash's winners cannot tell them apart
+    X = np.concatenate([rng.normal(size=(400, 8)), 3 * rng.normal(size=(400, 8))])
+    X = X / np.linalg.norm(X, axis=1, keepdims=True)  # same norm: only the direction is left
+    y = np.repeat([0, 1], 400)
+    with pytest.warns(UserWarning, match="almost no class information"):
+        clf = FlyNNClassifier(n_components=4096, random_state=0, device="cpu").fit(X, y)
+    accuracy, majority = class_information(clf)
+    assert majority == 0.5 and accuracy < 0.55
+    # a table with class information does not warn
+    Xd, yd = load_digits(return_X_y=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        FlyNNClassifier(n_components=2048, random_state=0, device="cpu").fit(Xd, yd)
