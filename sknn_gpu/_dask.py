@@ -39,6 +39,7 @@ __all__ = [
     "block_bytes",
     "merged_row_chunks",
     "merge_rows",
+    "LAZY_MERGE_BYTES",
     "device_of",
     "shared",
 ]
@@ -117,17 +118,107 @@ def merged_row_chunks(chunks, row_bytes, target, parallel=1):
     return out if out else chunks
 
 
-def _parallel_slots():
-    """Task threads of the workers of the current ``distributed`` client (1 without one).
+#: On a cluster of several workers, row blocks not yet computed (read from files, made by
+#: tasks) merge only when they hold at most this many bytes: a merged block's pieces may be
+#: made on different workers and one of them then receives the others, and moving a block
+#: of a few MiB costs about what a task does. Blocks already in the workers' memory merge
+#: only with their neighbours on the same worker, and then at any size.
+LAZY_MERGE_BYTES = 8 << 20
 
-    Never imports ``distributed``: with no client made, there is none to ask."""
+
+def _client():
+    """The current ``distributed`` client, or None (never imports ``distributed``)."""
     dist = sys.modules.get("distributed")
     if dist is None:
+        return None
+    try:
+        return dist.default_client()
+    except Exception:  # no client
+        return None
+
+
+def _parallel_slots(client=None):
+    """Task threads of the workers of ``client`` (the current one by default; 1 without one)."""
+    client = client or _client()
+    if client is None:
         return 1
     try:
-        return max(1, sum(dist.default_client().nthreads().values()))
-    except Exception:  # no client, or it cannot answer now: plan for one slot
+        return max(1, sum(client.nthreads().values()))
+    except Exception:  # it cannot answer now: plan for one slot
         return 1
+
+
+def _n_workers(client):
+    if client is None:
+        return 1
+    try:
+        return len(client.nthreads())
+    except Exception:
+        return 1
+
+
+def _first_key(keys):
+    while isinstance(keys, list):
+        keys = keys[0]
+    return keys
+
+
+def _block_holders(X, client):
+    """Per row block of ``X``: the address of the one worker that holds it in memory, or None
+    (not computed yet, or made of pieces from several workers)."""
+    from distributed import Future, futures_of
+
+    futures = futures_of(X)
+    if not futures:
+        return [None] * X.numblocks[0]
+    try:
+        who = client.who_has(futures)
+    except Exception:
+        return [None] * X.numblocks[0]
+    graph = dict(X.__dask_graph__())
+    out = []
+    for keys in X.__dask_keys__():
+        key = _first_key(keys)
+        for _ in range(8):  # follow aliases (a concatenation of persisted blocks) to the data
+            node = graph.get(key)
+            if isinstance(node, Future):
+                key = node.key
+                break
+            if key in who or node is None:
+                break
+            if isinstance(node, tuple) and node in graph or node in who:
+                key = node
+                continue
+            deps = getattr(node, "dependencies", None)
+            if deps is None or len(deps) != 1:
+                break
+            key = next(iter(deps))
+        holders = who.get(key) or ()
+        out.append(holders[0] if len(holders) == 1 else None)
+    return out
+
+
+def _merge_runs(chunks, labels, row_bytes, target, parallel, lazy_ok):
+    """Merged row chunks where only adjacent blocks of one label merge (a worker's address for
+    blocks in memory; None for blocks not computed, which merge only when ``lazy_ok``)."""
+    out, run, run_label = [], [], object()
+
+    def flush():
+        if run:
+            mergeable = run_label is not None or lazy_ok
+            slots = parallel if run_label is None else 1
+            out.extend(merged_row_chunks(run, row_bytes, target, slots) if mergeable else run)
+
+    for c, label in zip(chunks, labels, strict=True):
+        if c == 0 and run:  # an empty block goes with its neighbour
+            run.append(c)
+            continue
+        if not run or label != run_label:
+            flush()
+            run, run_label = [], label
+        run.append(c)
+    flush()
+    return tuple(out)
 
 
 def device_of(est):
@@ -151,6 +242,10 @@ def merge_rows(X, device=None, sample_axes=1):
     Adjacent blocks only and in order (``X.rechunk`` along the rows), so every result
     computed from it is the one of ``X`` as given. The target is that of ``'cuda'`` when
     ``device`` is ``'cuda'`` or the blocks are CuPy arrays, else that of ``'cpu'``.
+    On a cluster of several workers, merging must not move data: blocks already in the
+    workers' memory merge only with neighbours held by the same worker, and blocks not
+    computed yet (read from files, made by tasks) only when they hold at most
+    :data:`LAZY_MERGE_BYTES` (their pieces may be made on different workers).
     ``X`` comes back unchanged when its blocks are large enough, when the environment
     variable :data:`BLOCK_BYTES_ENV` is 0, or (with one warning per process) when its
     row block sizes are unknown or its blocks are sparse matrices.
@@ -179,8 +274,16 @@ def merge_rows(X, device=None, sample_axes=1):
         )
         return X
     row_bytes = X.dtype.itemsize * math.prod(int(d) for d in X.shape[1:])
-    chunks = merged_row_chunks(X.chunks[0], row_bytes, target, _parallel_slots())
-    if chunks == tuple(X.chunks[0]):
+    given = tuple(int(c) for c in X.chunks[0])
+    client = _client()
+    slots, workers = _parallel_slots(client), _n_workers(client)
+    if workers <= 1:  # one process holds every block: nothing moves when blocks merge
+        chunks = merged_row_chunks(given, row_bytes, target, slots)
+    else:
+        nonempty = [c for c in given if c]
+        small = float(np.median(nonempty)) * row_bytes <= LAZY_MERGE_BYTES if nonempty else False
+        chunks = _merge_runs(given, _block_holders(X, client), row_bytes, target, slots, small)
+    if chunks == given:
         return X
     return X.rechunk({0: chunks})
 

@@ -167,7 +167,7 @@ def _tasks_of(out):
 
 def test_tiny_blocks_run_as_fewer_tasks_with_the_same_results(rng, monkeypatch):
     monkeypatch.setenv(BLOCK_BYTES_ENV, str(64 * 4 * 8))  # 64 rows of 4 float64 per block
-    monkeypatch.setattr(sknn_dask, "_parallel_slots", lambda: 1)
+    monkeypatch.setattr(sknn_dask, "_parallel_slots", lambda client=None: 1)
     X = rng.standard_normal((400, 4))
     dX = da.from_array(X, chunks=((7, 0) * 50 + (50,), (4,)))  # 101 blocks, 50 of them empty
     est = _Est()
@@ -332,3 +332,62 @@ def test_fits_and_scores_ship_the_estimator_once(dask_client, monkeypatch):
         for p in parts:
             assert keys[0] in graph[p.key].dependencies
             assert len(cloudpickle.dumps(graph[p.key])) < 5_000  # a reference, not a copy
+
+
+# ----------------------------------------------------------------------------------
+# Merging never moves data between workers
+# ----------------------------------------------------------------------------------
+def _persist_on(client, X, place):
+    """``X`` persisted with row block ``i`` on worker ``place(i, n_workers)``."""
+    from distributed import wait
+
+    workers = sorted(client.nthreads())
+    parts = [
+        client.persist(X.blocks[i], workers=[workers[place(i, len(workers))]]) for i in range(X.numblocks[0])
+    ]
+    wait(parts)
+    return da.concatenate(parts), workers
+
+
+def _received(client):
+    """The keys the workers have received from each other."""
+
+    def keys(dask_worker):
+        return [str(k) for t in dask_worker.transfer_incoming_log for k in t["keys"]]
+
+    return {k for got in client.run(keys).values() for k in got}
+
+
+def test_blocks_in_memory_merge_only_with_neighbours_on_their_worker(dask_client, rng, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    monkeypatch.setenv(BLOCK_BYTES_ENV, str(1 << 30))
+    X = rng.standard_normal((160, 3))
+    est = _Est()
+    halves, _ = _persist_on(
+        dask_client, da.from_array(X, chunks=(10, 3), name=False), lambda i, n: i * n // 16
+    )
+    out = est.proba(halves)
+    assert out.chunks[0] == (80, 80)  # one block per worker, none across them
+    before = _received(dask_client)
+    res = out.persist()  # the results stay where they were computed
+    distributed.wait(res)
+    moved = _received(dask_client) - before
+    assert moved and all("_Est" in k for k in moved)  # the estimator reached both; no row moved
+    np.testing.assert_array_equal(res.compute(), est.proba(X))
+    alternating, _ = _persist_on(
+        dask_client, da.from_array(X, chunks=(10, 3), name=False), lambda i, n: i % n
+    )
+    out = est.proba(alternating)
+    assert out.chunks[0] == (10,) * 16  # every neighbour is on the other worker: kept as given
+    np.testing.assert_array_equal(out.compute(), est.proba(X))
+
+
+def test_blocks_not_computed_merge_only_when_small(dask_client, rng, monkeypatch):
+    monkeypatch.setenv(BLOCK_BYTES_ENV, str(1 << 30))
+    X = rng.standard_normal((160, 3))
+    dX = da.from_array(X, chunks=(10, 3))  # 240 bytes per block
+    assert _Est().proba(dX).numblocks[0] == 2  # small: merged, one block per worker slot
+    monkeypatch.setattr(sknn_dask, "LAZY_MERGE_BYTES", 200)
+    out = _Est().proba(dX)
+    assert out.chunks[0] == (10,) * 16  # larger than moving is worth: kept as given
+    np.testing.assert_array_equal(out.compute(), _Est().proba(X))
