@@ -68,6 +68,7 @@ FULL = dict(
     disk_probes=60_000_000,
     stored=50_000,
     torch_ref=60_000,
+    disk_torch_ref=10_000,
 )
 QUICK = dict(
     rows=40_000,
@@ -77,6 +78,7 @@ QUICK = dict(
     disk_probes=20_000,
     stored=5_000,
     torch_ref=2_000,
+    disk_torch_ref=2_000,
 )
 GBNN = dict(C=16, L=512, erased=7)
 
@@ -340,6 +342,9 @@ def torch_peer(table, pieces, ref, ref_y, n_dev, gpu, load=None, batch=8192, rep
 
         unit = "GPU" if gpu else "CPU"
         secs = time_cpu(run, repeat=repeat, warmup=1)
+        refs = labs = shares = None
+        if gpu:
+            torch.cuda.empty_cache()  # give the memory back before the Dask workers start
         table.add(
             f"PyTorch cdist 1-NN, {n} {unit}{'s' if n > 1 else ''}",
             "torch" if gpu else "cpu",
@@ -802,7 +807,7 @@ def main(argv=None):
     small = args.quick or not gpu
     size = QUICK if small else FULL
     own.stored = own.stored or size["stored"]
-    own.torch_ref = own.torch_ref or size["torch_ref"]
+    own.torch_ref = own.torch_ref or size["disk_torch_ref" if own.data_dir else "torch_ref"]
     counts = worker_counts(gpu, own.gpus)
     repeat = own.repeat or (3 if small else 5)
     summary = Summary()
