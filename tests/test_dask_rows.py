@@ -391,3 +391,29 @@ def test_blocks_not_computed_merge_only_when_small(dask_client, rng, monkeypatch
     out = _Est().proba(dX)
     assert out.chunks[0] == (10,) * 16  # larger than moving is worth: kept as given
     np.testing.assert_array_equal(out.compute(), _Est().proba(X))
+
+
+@pytest.mark.cuda
+def test_cupy_blocks_merge_to_the_gpu_target(dask_client, monkeypatch):
+    """CuPy blocks (as on a dask_cuda cluster) are merged with the GPU's target, concatenated on
+    the device, and give the in-memory GPU results."""
+    import cupy as cp
+    from sklearn.datasets import load_digits
+
+    from sknn_gpu import FlyHashTransformer, GBNNMemory
+
+    monkeypatch.delenv(BLOCK_BYTES_ENV)
+    monkeypatch.setattr(sknn_dask, "BLOCK_BYTES", {"cuda": 64 * 256, "cpu": 1})  # 64 rows per GPU block
+    X = load_digits().data.astype(np.float32)
+    dX = da.from_array(X, chunks=(8, -1)).map_blocks(cp.asarray)
+    h = FlyHashTransformer(n_components=320, k=16, output="packed", random_state=0, device="cuda").fit(X)
+    H = h.transform(dX)
+    assert isinstance(H._meta, cp.ndarray) and H.numblocks[0] < dX.numblocks[0]
+    np.testing.assert_array_equal(cp.asnumpy(H.compute()), cp.asnumpy(h.transform(cp.asarray(X))))
+    rng = np.random.default_rng(3)
+    msgs = rng.integers(0, 60, size=(400, 6))
+    mem = GBNNMemory(device="cuda", random_state=0).fit(
+        da.from_array(msgs, chunks=(5, -1)).map_blocks(cp.asarray)
+    )
+    ref = GBNNMemory(device="cuda", random_state=0).fit(cp.asarray(msgs))
+    np.testing.assert_array_equal(cp.asnumpy(mem.W_), cp.asnumpy(ref.W_))
