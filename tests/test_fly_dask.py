@@ -147,7 +147,8 @@ def test_flynn_fit_with_differently_chunked_y(dask_client, digits):
 
 def test_flynn_fit_sends_only_counts_to_the_client(dask_client, digits, monkeypatch):
     """What the computes return: the class labels, each feature's (min, max) (the encoding's
-    fitted range, 2 x 64 numbers), one table (n_classes, m) and a row count, then the
+    fitted range, 2 x 64 numbers), the features' counts over the quantile bins, one table
+    (n_classes, m) and a row count, then the
     calibration rows of ``predict_proba`` (at most ``CALIBRATION_ROWS``, here every row of
     this small table) with their labels."""
     X, y = digits
@@ -161,13 +162,16 @@ def test_flynn_fit_sends_only_counts_to_the_client(dask_client, digits, monkeypa
 
     monkeypatch.setattr(dask, "compute", spy)
     est = _fly().fit(_dX(X), da.from_array(y, chunks=(ROWS,)))
-    classes, (low, high), (table, n) = seen[0][0], seen[1][0], seen[2][0]
+    classes, (low, high), (table, n) = seen[0][0], seen[1][0], seen[3][0]
     assert np.array_equal(classes, np.arange(10))
     assert np.array_equal(low, X.min(axis=0)) and np.array_equal(high, X.max(axis=0))
     assert table.shape == est.counts_.shape and n == X.shape[0]
-    Xc, yc = seen[3]
+    # (input_range='quantile') the features' counts over the quantile bins: n_features x bins
+    hist = seen[2][0]
+    assert hist.shape == (X.shape[1], 4096) and np.array_equal(hist.sum(axis=1), [len(y)] * X.shape[1])
+    Xc, yc = seen[4]
     assert np.array_equal(Xc, X) and np.array_equal(yc, y)  # 1,797 rows: all are calibration rows
-    assert len(seen) == 4
+    assert len(seen) == 5
     assert np.array_equal(est.calibration_loss_, _fly().fit(X, y).calibration_loss_)
 
 

@@ -184,3 +184,84 @@ def test_warns_when_codes_carry_no_class_information():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         FlyNNClassifier(n_components=2048, random_state=0, device="cpu").fit(Xd, yd)
+
+
+# --------------------------------------------------------------------------- #
+# input_range='quantile'                                                        #
+# --------------------------------------------------------------------------- #
+
+
+def test_quantile_positions_read_features_across_their_mass():
+    from sknn_gpu.fly._encoding import QUANTILE_KNOTS, column_histogram, quantile_knots, quantile_position
+
+    rng = np.random.default_rng(0)
+    X = np.c_[rng.lognormal(sigma=2.0, size=4000), rng.normal(size=4000), np.full(4000, 3.0)]
+    low, high = X.min(axis=0), X.max(axis=0)
+    hist = column_histogram(X, low, high)
+    assert hist.dtype == np.int64 and np.array_equal(hist.sum(axis=1), [4000] * 3)
+    # histograms add up: two halves give the whole's counts, so the quantiles too
+    assert np.array_equal(column_histogram(X[:1500], low, high) + column_histogram(X[1500:], low, high), hist)
+    knots = quantile_knots(hist, low, high)
+    assert knots.shape == (3, QUANTILE_KNOTS) and np.all(np.diff(knots, axis=1) >= 0)
+    u = quantile_position(X, knots)
+    assert u.min() >= 0 and u.max() <= 1
+    # the heavy-tailed feature: min-max puts nearly every value in the bottom 1 %, its
+    # quantiles spread them evenly
+    assert np.mean((X[:, 0] - low[0]) / (high[0] - low[0]) < 0.01) > 0.5
+    np.testing.assert_allclose(np.quantile(u[:, 0], [0.1, 0.5, 0.9]), [0.1, 0.5, 0.9], atol=0.02)
+    assert np.all(u[:, 2] == 0)  # a constant feature reads 0, as under 'fit'
+    order = np.argsort(X[:, 1])
+    assert np.all(np.diff(u[order, 1]) >= 0)  # monotone
+
+
+def test_quantile_fit_is_the_same_on_both_devices(device):
+    rng = np.random.default_rng(1)
+    X = np.c_[rng.lognormal(size=(600, 3)), rng.normal(size=(600, 2))]
+    y = (X[:, 0] > np.median(X[:, 0])).astype(int) + 2 * (X[:, 3] > 0)
+    params = dict(input_range="quantile", n_components=2048, k=32, random_state=0)
+    ref = FlyNNClassifier(**params, device="cpu").fit(X, y)
+    clf = FlyNNClassifier(**params, device=device).fit(X, y)
+    assert np.array_equal(clf.input_quantiles_, ref.input_quantiles_)
+    assert np.array_equal(to_host(clf.counts_), ref.counts_)
+    assert np.array_equal(to_host(clf.predict(X)), ref.predict(X))
+    # values beyond the training range read as the ends, as under 'fit'
+    assert np.array_equal(to_host(clf.predict(X * 50)), ref.predict(X * 50))
+
+
+def test_quantile_file_round_trip_and_refused_merge():
+    rng = np.random.default_rng(2)
+    X, y = rng.lognormal(size=(300, 4)), rng.integers(0, 3, 300)
+    params = dict(input_range="quantile", n_components=1024, k=16, random_state=0, device="cpu")
+    clf = FlyNNClassifier(**params).fit(X, y)
+    buf = io.BytesIO()
+    clf.export_counts(buf)
+    buf.seek(0)
+    back = FlyNNClassifier.from_counts(buf)
+    assert np.array_equal(back.input_quantiles_, clf.input_quantiles_)
+    assert np.array_equal(back.predict(X), clf.predict(X))
+    # parties that took their own quantiles cannot merge
+    other = FlyNNClassifier(**params).fit(X[:150], y[:150])
+    with pytest.raises(ValueError, match="quantiles"):
+        merge_flynn([clf, other])
+    # a party that took the same quantiles (read from the file) merges
+    buf.seek(0)
+    assert np.array_equal(merge_flynn([clf, FlyNNClassifier.from_counts(buf)]).counts_, 2 * clf.counts_)
+
+
+def test_quantile_federated_and_dask_fits_equal_the_pooled_fit(dask_client):
+    import dask.array as da
+
+    from sknn_gpu.fly import fit_federated
+
+    rng = np.random.default_rng(3)
+    X = np.c_[rng.lognormal(sigma=1.5, size=(900, 4)), rng.normal(size=(900, 3))]
+    y = (X[:, 0] > 1).astype(int) + (X[:, 5] > 0)
+    params = dict(input_range="quantile", n_components=2048, k=32, random_state=0, device="cpu")
+    pooled = FlyNNClassifier(**params).fit(X, y)
+    parts = np.array_split(np.arange(len(y)), 3)
+    fed = fit_federated(dask_client, [(X[p], y[p]) for p in parts], **params)
+    assert np.array_equal(fed.input_quantiles_, pooled.input_quantiles_)
+    assert np.array_equal(fed.counts_, pooled.counts_)
+    lazy = FlyNNClassifier(**params).fit(da.from_array(X, chunks=(250, 7)), da.from_array(y, chunks=250))
+    assert np.array_equal(lazy.input_quantiles_, pooled.input_quantiles_)
+    assert np.array_equal(lazy.counts_, pooled.counts_)

@@ -15,8 +15,8 @@ Methods:
 - ``FlyNN defaults``: ``FlyNNClassifier(device='cpu', random_state=0)``;
 - ``FlyNN thermometer 8192``: the defaults before the development suite
   (``encoding='thermometer', n_components=8192``);
-- ``FlyNN quantile``: a ``QuantileTransformer`` in front of the defaults (with
-  ``input_range=(0, 1)``), for heavy-tailed features;
+- ``FlyNN fit range``: the defaults with ``input_range='fit'`` (each feature read linearly
+  between its minimum and maximum instead of at its quantile);
 - ``FlyNN papers``: ``FlyNNClassifier(**PAPERS_FLYNN)`` (the papers' FlyNN) on raw features, and
   ``FlyNN papers minmax`` after a ``MinMaxScaler``, as the papers ran it;
 - ``FlyNN n=p``: the defaults with ``n_components=p`` (``--n-components``);
@@ -62,7 +62,7 @@ from sklearn.metrics import log_loss
 from sklearn.model_selection import StratifiedKFold, train_test_split
 from sklearn.neighbors import KNeighborsClassifier
 from sklearn.pipeline import make_pipeline
-from sklearn.preprocessing import LabelEncoder, MinMaxScaler, Normalizer, QuantileTransformer, StandardScaler
+from sklearn.preprocessing import LabelEncoder, MinMaxScaler, Normalizer, StandardScaler
 
 from sknn_gpu import FlyNNClassifier
 from sknn_gpu.fly import PAPERS_FLYNN
@@ -166,17 +166,6 @@ def _load_keel(name):
     return features.to_numpy(dtype=np.float64), y
 
 
-def _quantile_flynn(seed):
-    """A ``QuantileTransformer`` (uniform output, at most 1,000 quantiles) in front of the defaults."""
-
-    class _Quantiles(QuantileTransformer):
-        def fit(self, X, y=None):
-            self.set_params(n_quantiles=min(1000, X.shape[0]))
-            return super().fit(X, y)
-
-    return make_pipeline(_Quantiles(), FlyNNClassifier(input_range=(0, 1), device="cpu", random_state=seed))
-
-
 def flynn_methods(n_components=(2**13,), seed=0):
     """Name -> factory of the FlyNN settings and the logistic-regression reference."""
     methods = {
@@ -184,7 +173,7 @@ def flynn_methods(n_components=(2**13,), seed=0):
         "FlyNN thermometer 8192": lambda: FlyNNClassifier(
             n_components=8192, encoding="thermometer", device="cpu", random_state=seed
         ),
-        "FlyNN quantile": lambda: _quantile_flynn(seed),
+        "FlyNN fit range": lambda: FlyNNClassifier(input_range="fit", device="cpu", random_state=seed),
         "FlyNN papers": lambda: FlyNNClassifier(**PAPERS_FLYNN, device="cpu", random_state=seed),
         "FlyNN papers minmax": lambda: make_pipeline(
             MinMaxScaler(), FlyNNClassifier(**PAPERS_FLYNN, device="cpu", random_state=seed)

@@ -251,3 +251,40 @@ extern "C" __global__ void flynn_encode(const ENC_T* __restrict__ x, const long 
     }
 }
 #endif
+
+// input_range='quantile' (the NumPy reference is quantile_position in
+// sknn_gpu/fly/_encoding.py): each value's place among its feature's K knots (row j of
+// `knots`, non-decreasing), u = (i + (x - k_i) / (k_(i+1) - k_i)) / (K - 1) for the last
+// knot k_i <= x, i clipped to [0, K - 2]; the fraction is 0 between equal knots and
+// clipped to [0, 1]; a feature whose knots are all equal reads 0. Double arithmetic, one
+// correctly rounded intrinsic per step, as NumPy computes it. One thread per value.
+#if defined(QUANT_T)
+extern "C" __global__ void flynn_quantile_position(const QUANT_T* __restrict__ x, const long long n,
+                                                   const long long d, const long long ldx,
+                                                   const double* __restrict__ knots, const int K,
+                                                   double* __restrict__ out)
+{
+    const long long total = n * d;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        const long long r = t / d, j = t - r * d;
+        const double v = (double)x[r * ldx + j];
+        const double* k = knots + j * (long long)K;
+        if (k[0] == k[K - 1]) {
+            out[t] = 0.0;
+            continue;
+        }
+        int lo = 0, hi = K;  // the number of knots <= v, by bisection
+        while (lo < hi) {
+            const int mid = (lo + hi) >> 1;
+            if (k[mid] <= v) lo = mid + 1; else hi = mid;
+        }
+        int i = lo - 1;
+        i = i < 0 ? 0 : (i > K - 2 ? K - 2 : i);
+        const double gap = __dsub_rn(k[i + 1], k[i]);
+        double frac = gap > 0.0 ? __ddiv_rn(__dsub_rn(v, k[i]), gap) : 0.0;
+        frac = frac < 0.0 ? 0.0 : (frac > 1.0 ? 1.0 : frac);
+        out[t] = __ddiv_rn(__dadd_rn((double)i, frac), (double)(K - 1));
+    }
+}
+#endif

@@ -40,7 +40,15 @@ FORMAT = "sknn_gpu.fly.FlyNNClassifier.counts"
 FORMAT_VERSION = 1
 
 _REQUIRED = ("metadata", "counts", "classes")
-_OPTIONAL = ("input_low", "input_high", "feature_names", "dp_released", "calibration_loss", "held_out_hits")
+_OPTIONAL = (
+    "input_low",
+    "input_high",
+    "input_quantiles",
+    "feature_names",
+    "dp_released",
+    "calibration_loss",
+    "held_out_hits",
+)
 _META_KEYS = {
     "format",
     "format_version",
@@ -115,6 +123,8 @@ def export_counts(est, file):
     if hasattr(est, "input_low_"):
         arrays["input_low"] = np.asarray(est.input_low_, dtype=np.float64)
         arrays["input_high"] = np.asarray(est.input_high_, dtype=np.float64)
+    if getattr(est, "input_quantiles_", None) is not None:
+        arrays["input_quantiles"] = np.asarray(est.input_quantiles_, dtype=np.float64)
     if hasattr(est, "feature_names_in_"):
         arrays["feature_names"] = _text_array(est.feature_names_in_, "the feature names")
     if hasattr(est, "dp_released_"):
@@ -312,6 +322,22 @@ def _range(arrays, est, d):
     return low, high
 
 
+def _quantiles(arrays, est, d):
+    """``input_quantiles`` (input_range='quantile'), checked: present exactly then, finite and
+    non-decreasing per feature; None otherwise."""
+    wanted = est.encoding is not None and est.input_range == "quantile"
+    if ("input_quantiles" in arrays) != wanted:
+        raise _bad("input_quantiles go with input_range='quantile' under an encoding, and only then.")
+    if not wanted:
+        return None
+    knots = _array(arrays, "input_quantiles", "f", 2)
+    if knots.shape[0] != d or knots.shape[1] < 2:
+        raise _bad(f"input_quantiles must have {d} rows of at least 2 knots, got shape {knots.shape}.")
+    if not (np.isfinite(knots).all() and (np.diff(knots, axis=1) >= 0).all()):
+        raise _bad("input_quantiles must be finite and non-decreasing along each row.")
+    return knots.astype(np.float64)
+
+
 def _set_private(est, arrays, dp, n_classes, m):
     if "dp_released" in arrays:
         released = _array(arrays, "dp_released", "iu", 2)
@@ -361,7 +387,7 @@ def from_counts(cls, file, device=None):
     est.classes_ = classes
     est.n_features_in_ = d
     est._init_model(d, caller="from_counts")  # checks the model's size before drawing it
-    est._set_input_range(low, high)
+    est._set_input_range(low, high, knots=_quantiles(arrays, est, d))
     if low is not None and not (
         np.array_equal(est.input_low_, low) and np.array_equal(est.input_high_, high)
     ):

@@ -5,6 +5,10 @@
   feature under ``n_receptors='auto'``) and :func:`encoding_width`: what the hash reads of
   each feature under ``encoding`` (the CUDA engine's one-kernel ``encode`` reads the same
   constants).
+* Quantiles (``input_range='quantile'``): :func:`column_histogram` (counts of each feature
+  over :data:`QUANTILE_BINS` equal bins of its range: integers, so the histograms of blocks
+  or parties add up exactly), :func:`quantile_knots` (the :data:`QUANTILE_KNOTS` quantiles
+  a histogram gives) and :func:`quantile_position` (a value's place among them, in [0, 1]).
 * Ranges: :func:`column_range` (per-feature min and max of an array),
   :func:`wider_range` (their union over blocks or parties), :func:`input_range` (the
   checked ``input_low_`` / ``input_high_`` of a fit), :func:`unit_range`,
@@ -33,6 +37,11 @@ __all__ = [
     "encoding_width",
     "receptor_centre",
     "encode",
+    "QUANTILE_BINS",
+    "QUANTILE_KNOTS",
+    "column_histogram",
+    "quantile_knots",
+    "quantile_position",
     "column_range",
     "wider_range",
     "input_range",
@@ -125,6 +134,84 @@ def encode(X, encoding, low=None, span=None, clip=False, receptors=MIN_RECEPTORS
     L = int(receptors)
     w = RECEPTOR_SPREAD / (L - 1)
     return xp.concatenate([xp.maximum(w - xp.abs(X - receptor_centre(q, L)), 0.0) for q in range(L)], axis=1)
+
+
+# --------------------------------------------------------------------------- #
+# Quantiles                                                                      #
+# --------------------------------------------------------------------------- #
+
+#: ``input_range='quantile'``: the range of each feature is cut in this many equal bins,
+#: whose counts (integers: they add up exactly over blocks, batches and parties) give the
+#: feature's quantiles, and :data:`QUANTILE_KNOTS` of them (levels 0, 1/256, ..., 1) are
+#: kept: a value is read at its place among them, linear between two.
+QUANTILE_BINS = 4096
+QUANTILE_KNOTS = 257
+
+
+def column_histogram(X, low, high, weights=None):
+    """Per-feature counts (host, shape (n_features, :data:`QUANTILE_BINS`)) of the dense rows
+    ``X`` (NumPy or CuPy) over equal bins of ``[low, high]`` (host float64 arrays; a constant
+    feature counts in its first bin): int64, or with row ``weights`` (on FlyNN's fixed-point
+    grid) their float64 sums, exact in any order. Bin ``floor((x - low) / span * B)`` clipped
+    to ``[0, B - 1]``: three correctly rounded float64 steps, the same bits on both devices."""
+    xp = array_module(X)
+    n, d = X.shape
+    B = QUANTILE_BINS
+    span = np.where(high - low > 0, high - low, 1.0)
+    pos = (xp.asarray(X, dtype=xp.float64) - xp.asarray(low)) / xp.asarray(span)
+    b = xp.clip(xp.floor(pos * float(B)), 0, B - 1).astype(xp.int64)
+    b += xp.arange(d, dtype=xp.int64) * B  # one bincount over every feature's bins
+    if weights is None:
+        return np.asarray(to_host(xp.bincount(b.ravel(), minlength=d * B)), dtype=np.int64).reshape(d, B)
+    w = xp.repeat(xp.asarray(weights, dtype=xp.float64), d)  # row-major: each row's weight d times
+    return np.asarray(to_host(xp.bincount(b.ravel(), weights=w, minlength=d * B))).reshape(d, B)
+
+
+def quantile_knots(hist, low, high):
+    """The :data:`QUANTILE_KNOTS` quantiles (host float64, shape (n_features, K)) of each
+    feature from its histogram ``hist`` over ``[low, high]``, linear within a bin (level 0:
+    the range's low end, level 1: the top of the highest bin used). Non-decreasing."""
+    d, B = hist.shape
+    K = QUANTILE_KNOTS
+    width = (high - low) / B
+    levels = np.arange(K, dtype=np.float64) / (K - 1)
+    knots = np.empty((d, K), dtype=np.float64)
+    for j in range(d):  # loop over features: K searches in a cumulative count each
+        h = hist[j].astype(np.float64)
+        total = h.sum()
+        if total == 0 or width[j] == 0:
+            knots[j] = low[j]
+            continue
+        cum = np.cumsum(h)
+        target = levels * total
+        b = np.minimum(np.searchsorted(cum, target, side="left"), B - 1)
+        before = cum[b] - h[b]
+        frac = np.clip((target - before) / np.where(h[b] > 0, h[b], 1.0), 0.0, 1.0)
+        knots[j] = low[j] + (b + frac) * width[j]
+    return np.maximum.accumulate(knots, axis=1)
+
+
+def quantile_position(X, knots):
+    """Each value's place among its feature's ``knots`` (float64 in [0, 1], NumPy): ``(i +
+    (x - k_i) / (k_(i+1) - k_i)) / (K - 1)`` for the last knot ``k_i <= x`` (0 between equal
+    knots; below the first knot 0, above the last 1; a constant feature, whose knots are all
+    equal, reads 0 as under ``'fit'``). The CUDA kernel
+    ``flynn_quantile_position`` computes the same steps."""
+    X = np.asarray(X, dtype=np.float64)
+    n, d = X.shape
+    K = knots.shape[1]
+    out = np.empty((n, d), dtype=np.float64)
+    for j in range(d):  # loop over features: one sorted search each
+        k = knots[j]
+        if k[0] == k[-1]:
+            out[:, j] = 0.0
+            continue
+        i = np.clip(np.searchsorted(k, X[:, j], side="right") - 1, 0, K - 2)
+        lo, hi = k[i], k[i + 1]
+        gap = hi - lo
+        frac = np.where(gap > 0, (X[:, j] - lo) / np.where(gap > 0, gap, 1.0), 0.0)
+        out[:, j] = (i + np.clip(frac, 0.0, 1.0)) / (K - 1)
+    return out
 
 
 # --------------------------------------------------------------------------- #

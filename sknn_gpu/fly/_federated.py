@@ -25,7 +25,7 @@ from sklearn.utils.validation import check_is_fitted
 from .._backend import to_device, to_host
 from .._dask import is_dask_collection
 from .._progress import Progress
-from . import _fly_dask
+from . import _fly_dask, _flynn_batches
 from ._common import HASH_PARAMS, check_fitted_params, label_kind
 from ._encoding import column_range, wider_range
 from ._flynn import FlyNNClassifier
@@ -186,7 +186,7 @@ def _calibration_of(clf):
     return getattr(clf, "calibration_loss_", None), getattr(clf, "held_out_hits_", None)
 
 
-def _combine(template, parts, names, input_range=(None, None)):
+def _combine(template, parts, names, input_range=(None, None), agreed=None, knots=None):
     """A fitted classifier with the summed counts of ``parts`` [(classes, counts, n_features), ...].
 
     ``template`` is an unfitted FlyNNClassifier whose parameters the result takes;
@@ -200,7 +200,12 @@ def _combine(template, parts, names, input_range=(None, None)):
     clf = template
     clf.classes_ = classes
     clf.n_features_in_ = n_features
-    clf._set_input_range(*input_range)
+    if agreed is not None:  # input_range='quantile': the parties' agreed histogram
+        clf._set_input_range(agreed[0], agreed[1], histogram=agreed[2])
+    elif knots is not None:  # input_range='quantile': the merged parties' common quantiles
+        clf._set_input_range(knots[0], knots[1], knots=knots[2])
+    else:
+        clf._set_input_range(*input_range)
     clf._init_model(n_features, caller="merge")
     # float counts: a private release's, or a weighted fit's (exact: their sums too)
     floats = any(np.asarray(cnt).dtype.kind == "f" for _, cnt, _ in parts)
@@ -290,12 +295,14 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
                 "parameters match; parties must share the projection."
             )
         if hasattr(ref, "input_low_") and not (
-            _arrays_equal(m.input_low_, ref.input_low_) and _arrays_equal(m.input_high_, ref.input_high_)
+            _arrays_equal(m.input_low_, ref.input_low_)
+            and _arrays_equal(m.input_high_, ref.input_high_)
+            and _arrays_equal(getattr(m, "input_quantiles_", None), getattr(ref, "input_quantiles_", None))
         ):
             raise ValueError(
                 f"Cannot merge FlyNN models: models[{i}] encodes its features over a different input range "
-                "(input_range='fit' takes each party's own minimum and maximum). Fit the parties with "
-                "the same fixed input_range=(low, high), or with fit_federated, which agrees on one."
+                "or quantiles (input_range='fit' and 'quantile' take each party's own). Fit the parties "
+                "with the same fixed input_range=(low, high), or with fit_federated, which agrees on one."
             )
     names = _agreed_feature_names(
         [getattr(m, "feature_names_in_", None) for m in models],
@@ -307,7 +314,12 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
         params["device"] = device
     parts = [(m.classes_, to_host(m.counts_), m.n_features_in_) for m in models]
     ranges = (ref.input_low_, ref.input_high_) if hasattr(ref, "input_low_") else (None, None)
-    merged = _combine(FlyNNClassifier(**params), parts, [f"models[{i}]" for i in range(len(models))], ranges)
+    agreed = None
+    if getattr(ref, "input_quantiles_", None) is not None:  # the parties' common quantiles
+        agreed = (ref.input_low_, ref.input_high_, ref.input_quantiles_)
+    merged = _combine(
+        FlyNNClassifier(**params), parts, [f"models[{i}]" for i in range(len(models))], ranges, knots=agreed
+    )
     _set_merged_calibration(merged, [_calibration_of(m) for m in models])
     if names is not None:
         merged.feature_names_in_ = names
@@ -351,18 +363,22 @@ def _empty_shard(index):
     )
 
 
-def _fit_party(X, y, params, index, dp=None):
+def _fit_party(X, y, params, index, dp=None, agreed=None):
     """Runs on a worker: fit one party and return only what travels (counts).
 
     With ``dp`` (``{'epsilon': ..., 'n_released': ...}``) the counts are privatised here,
     on the worker, and only the release travels: the noisy counts, the class labels,
     the number of features and the accounting (not the number of samples).
     Errors name the shard (``index``), so that the client knows which party failed.
+    ``agreed`` (``input_range='quantile'``): the parties' agreed ``(low, high, histogram)``.
     """
     if _n_rows(X) == 0 or _n_rows(y) == 0:
         raise _empty_shard(index)
     try:
-        clf = FlyNNClassifier(**params).fit(X, y)
+        clf = FlyNNClassifier(**params)
+        if agreed is not None:
+            clf._agreed_input = agreed  # read (and dropped) by fit's _set_input_range
+        clf = clf.fit(X, y)
         if dp is not None:
             clf = clf.privatize(dp["epsilon"], dp["n_released"])
     except (ValueError, TypeError) as exc:
@@ -383,9 +399,9 @@ def _fit_party(X, y, params, index, dp=None):
     }
 
 
-def _fit_party_pair(pair, params, index, dp=None):
+def _fit_party_pair(pair, params, index, dp=None, agreed=None):
     X, y = pair
-    return _fit_party(X, y, params, index, dp)
+    return _fit_party(X, y, params, index, dp, agreed)
 
 
 def _check_private_federation(full, epsilon, n_released):
@@ -493,10 +509,14 @@ def fit_federated(
     if not _dask_pair(shards):
         shards = list(shards)  # read twice below (an iterator would be spent)
         _check_local_shards(shards)
+    agreed = None
     if full["encoding"] is not None and isinstance(full["input_range"], str):
         ranges = _agreed_range(client, shards, party)  # every party tiles the same range
-        party["input_range"] = ranges
-    futures = _submit(client, shards, party, dp)
+        if full["input_range"] == "quantile":  # and reads it at the pooled data's quantiles
+            agreed = (*ranges, _agreed_histogram(client, shards, party, ranges))
+        else:
+            party["input_range"] = ranges
+    futures = _submit(client, shards, party, dp, agreed)
     if not futures:
         raise ValueError("fit_federated needs at least one shard.")
     bar = Progress(FlyNNClassifier, "fit_federated", len(futures), full["verbose"], unit="parties")
@@ -513,7 +533,8 @@ def fit_federated(
     _check_widths([r["n_features"] for r in results], who)
     names = _agreed_feature_names([r.get("feature_names") for r in results], who, "fit_federated")
     parts = [(r["classes"], r["counts"], r["n_features"]) for r in results]
-    clf = _combine(FlyNNClassifier(**full), parts, [f"shard {i}" for i in range(len(parts))], ranges)
+    who = [f"shard {i}" for i in range(len(parts))]
+    clf = _combine(FlyNNClassifier(**full), parts, who, ranges, agreed)
     _set_merged_calibration(clf, [r.get("calibration") for r in results])
     if names is not None:
         clf.feature_names_in_ = names
@@ -548,6 +569,38 @@ def _shard_range(pair, index, params):
         raise type(exc)(f"fit_federated: shard {index}: {exc}") from exc
 
 
+def _shard_histogram(pair, index, params, low, high):
+    """Runs on a worker: one shard's per-feature counts over the quantile bins of the agreed
+    range (integers: the parties' histograms add up to the pooled data's exactly)."""
+    try:
+        shell = FlyNNClassifier(**params)
+        Xv = shell._validate_X(pair[0], reset=True)
+        shell.input_low_, shell.input_high_ = low, high
+        return _flynn_batches.histogram(shell, Xv)
+    except (ValueError, TypeError) as exc:
+        raise type(exc)(f"fit_federated: shard {index}: {exc}") from exc
+
+
+def _agreed_histogram(client, shards, params, ranges):
+    """``input_range='quantile'``: the summed histograms of every shard's X over the agreed
+    range (n_features x bins counts travel per party; the pooled data's, exactly)."""
+    from distributed import Future
+
+    low, high = ranges
+    if _dask_pair(shards):
+        template = FlyNNClassifier(**params)
+        template.n_features_in_ = int(shards[0].shape[1])
+        template.input_low_, template.input_high_ = low, high
+        return _fly_dask.column_histogram(template, shards[0].rechunk({1: -1}))
+    parts = []
+    for i, s in enumerate(shards):
+        if isinstance(s, Future):
+            parts.append(client.submit(_shard_histogram, s, i, params, low, high, pure=False))
+        else:
+            parts.append(_shard_histogram(s, i, params, low, high))
+    return sum(p.result() if isinstance(p, Future) else p for p in parts)
+
+
 def _agreed_range(client, shards, params):
     """The per-feature (min, max) over every shard's X: ``input_range='fit'`` of the pooled
     data, which the parties then share (2 x n_features numbers travel per party)."""
@@ -574,7 +627,7 @@ def _agreed_range(client, shards, params):
     return wider_range(*ranges)
 
 
-def _submit(client, shards, params, dp=None):
+def _submit(client, shards, params, dp=None, agreed=None):
     from distributed import Future
 
     if _dask_pair(shards):
@@ -590,7 +643,8 @@ def _submit(client, shards, params, dp=None):
         _check_row_blocks(X)
         xb, yb = X.to_delayed().ravel(), y.to_delayed().ravel()
         tasks = [
-            dask.delayed(_fit_party)(a, b, params, i, dp) for i, (a, b) in enumerate(zip(xb, yb, strict=True))
+            dask.delayed(_fit_party)(a, b, params, i, dp, agreed)
+            for i, (a, b) in enumerate(zip(xb, yb, strict=True))
         ]
         return client.compute(tasks)
     shards = list(shards)
@@ -608,5 +662,5 @@ def _submit(client, shards, params, dp=None):
         mapping = {}
     for i, s in enumerate(shards):
         fut = s if isinstance(s, Future) else mapping[i]
-        futures.append(client.submit(_fit_party_pair, fut, params, i, dp, pure=False))
+        futures.append(client.submit(_fit_party_pair, fut, params, i, dp, agreed, pure=False))
     return futures

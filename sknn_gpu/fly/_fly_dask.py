@@ -85,6 +85,39 @@ def column_range(est, X, w=None):
     return found
 
 
+def _block_histogram(shell, X, w=None):
+    """Runs on a worker: the checked block's per-feature counts over the quantile bins of
+    the agreed range (``shell`` knows it), over its rows of non-zero weight."""
+    if X.shape[0] == 0:
+        return 0
+    Xv = shell._validate_X(X, reset=False)
+    weights = None
+    if w is not None:  # each row counts its weight, as in memory
+        weights = _block_weights(w, Xv.shape[0])
+    from . import _flynn_batches
+
+    return _flynn_batches.histogram(shell, Xv, weights)
+
+
+def _add_histograms(*parts):
+    return sum(parts)
+
+
+def column_histogram(est, X, w=None):
+    """``input_range='quantile'``: the per-feature counts of the Dask ``X`` over the quantile
+    bins of ``est``'s range, summed over the blocks in a tree (integers: exact, whatever the
+    blocks); one (n_features, bins) table per block travels."""
+    import dask
+
+    shell = shared(_shell(est))
+    if w is None:
+        parts = [dask.delayed(_block_histogram)(shell, b) for b in X.to_delayed().ravel()]
+    else:
+        blocks = zip(X.to_delayed().ravel(), w.to_delayed().ravel(), strict=True)
+        parts = [dask.delayed(_block_histogram)(shell, b, wb) for b, wb in blocks]
+    return dask.compute(tree_reduce(parts, _add_histograms))[0]
+
+
 def aligned(v, X, name="y"):
     """1-D ``v`` (labels or weights; Dask or in-memory) as a Dask array with ``X``'s row chunks.
 
@@ -233,7 +266,11 @@ def fit(est, X, y, what, first, sample_weight=None):
         low = high = None
         if getattr(est, "encoding", None) is not None and isinstance(est.input_range, str):
             low, high = column_range(est, X, w)  # one reduction over the blocks
-        est._set_input_range(low, high)
+        if est.input_range == "quantile" and est.encoding is not None:
+            est.input_low_, est.input_high_ = low, high  # the bins the blocks count over
+            est._set_input_range(low, high, histogram=column_histogram(est, X, w))
+        else:
+            est._set_input_range(low, high)
         est._init_model(d, 0, caller=what)
     bar = Progress(est, f"{type(est).__name__}.{what} (dask)", verbose=est.verbose, unit="blocks")
     total, n, bar.n = counts(est, X, y, what, w)

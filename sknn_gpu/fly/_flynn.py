@@ -52,7 +52,7 @@ from ._common import (
     host_labels,
     refuse_bools,
 )
-from ._encoding import encoding_width, input_range, n_receptors
+from ._encoding import encoding_width, input_range, n_receptors, quantile_knots
 from ._flyhash import FlyHashTransformer
 from ._flynn_engine import engine
 from ._flynn_size import check_size
@@ -117,8 +117,8 @@ def _hash_constraints():
 #: ``n_components='auto'``: cells for an input of at most :data:`AUTO_WIDE_INPUTS` encoded
 #: values, and for a wider one (where each cell's sum and the winners' selection cost most of
 #: a prediction). Chosen on the development suite (``benchmarks/tools/sweep_flynn_devsuite.py``):
-#: 32,768 cells came 1.2 points closer to k-NN than 8,192 on average, and no table did
-#: better by sizing the cells to the number of training rows.
+#: 32,768 cells came 1.5 points closer to k-NN than 8,192 on average, and sizing the
+#: cells to the number of training rows (8,192 to 65,536) did worse.
 AUTO_CELLS = 32768
 AUTO_CELLS_WIDE = 16384
 AUTO_WIDE_INPUTS = 1024
@@ -190,21 +190,22 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         ``'auto'``: ``ceil(64 / n_features)``, at least 5 and at most 64, so that a
         table of few features is read finely enough to tell nearby values apart (2
         features: 32 receptors each; 13 or more: 5 each).
-    input_range : 'fit' or (low, high), default='fit'
-        The range of each feature that an ``encoding``'s receptors tile (ignored
-        without one). ``'fit'``: each feature's minimum and maximum in the data that
-        ``fit`` (or the first ``partial_fit``) sees, kept in ``input_low_`` and
-        ``input_high_``; values beyond it are read as its ends, as
-        ``MinMaxScaler(clip=True)`` would (a constant feature reads 0). A
-        heavy-tailed feature then sits in the bottom receptors: a
-        :class:`~sklearn.preprocessing.QuantileTransformer` in front (with
-        ``input_range=(0, 1)``) reads it across its mass (the user guide measures it). ``(low,
-        high)``, scalars or arrays of one value per feature with ``low <= high`` (a
-        feature with ``low == high`` reads 0): a fixed range, e.g. ``(0, 255)`` for
-        pixels or ``(0, 1)`` after a ``MinMaxScaler``; values outside it raise
-        ``ValueError``. Federated parties merge only with the same range: give them
-        a fixed one (:func:`~sknn_gpu.fly.fit_federated` agrees on one for them
-        under ``'fit'``).
+    input_range : 'quantile', 'fit' or (low, high), default='quantile'
+        How each feature is placed in [0, 1] before an ``encoding``'s receptors read it
+        (ignored without one). ``'quantile'``: at its quantile among the values ``fit``
+        (or the first ``partial_fit``) sees, so a heavy-tailed feature is read across
+        its mass; the quantiles (257 per feature, kept in ``input_quantiles_``) come from
+        integer counts over 4,096 equal bins of each feature's range (``input_low_``,
+        ``input_high_``), which add up exactly over Dask blocks and federated parties
+        (:func:`~sknn_gpu.fly.fit_federated` agrees on them). ``'fit'``: linearly
+        between each feature's minimum and maximum, as ``MinMaxScaler(clip=True)``
+        would. Under both, values beyond the fitted range read as its ends and a
+        constant feature reads 0. ``(low, high)``, scalars or arrays of one value per
+        feature with ``low <= high`` (a feature with ``low == high`` reads 0): a fixed
+        range, read linearly, e.g. ``(0, 255)`` for pixels or ``(0, 1)`` after a
+        scaler; values outside it raise ``ValueError``. Federated parties merge only
+        with the same range and quantiles: give them a fixed range, or fit them with
+        :func:`~sknn_gpu.fly.fit_federated`, which agrees on them.
     gamma : float in [0, 1), default=0.03
         Filter decay per unit of the exponent (see ``decay``). ``gamma = 0`` gives
         the binary Fly Bloom filter (a cell is 1 until any training code of the
@@ -294,12 +295,15 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     calibration_loss_ : ndarray of shape (45,) or None
         The held-out log-loss of the calibration rows for each candidate scale
         (``2 ** (i / 4 - 2)``, 0.25 to 512), summed over the rows; ``proba_scale_`` is
-        its minimum. None for a private release (the default scale, 64).
+        its minimum. None for a private release (the default scale, 19).
     held_out_hits_ : tuple of (float, float) or None
         ``(correct, total)``: how many calibration rows (their weight) the held-out
         model classified right, and how many there were.
     n_features_in_ : int
         Number of input features.
+    input_quantiles_ : ndarray of shape (n_features, 257), float64
+        Each feature's quantiles at levels 0, 1/256, ..., 1 (``input_range='quantile'``
+        under an encoding).
     input_low_, input_high_ : ndarray of shape (n_features,), float64
         The range of each feature that the encoding tiles (fitted under
         ``input_range='fit'``, else the given one); absent when ``encoding=None``.
@@ -317,7 +321,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     Notes
     -----
     The defaults (population encoding with ``n_receptors='auto'`` over the fitted
-    range, 32,768 cells (16,384 for wide inputs), at most 16 connections, 256
+    quantiles, 32,768 cells (16,384 for wide inputs), at most 16 connections, 256
     winners, ``gamma=0.03`` with relative decay) were chosen by 5-fold
     cross-validation on a development suite of nineteen real tables
     (``benchmarks/tools/sweep_flynn_devsuite.py``) and judged on tables outside it;
@@ -330,7 +334,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     input, 10 % connections, 32 winners: the papers' hash, a general-purpose one
     whose codes are its output) because they were chosen for this classifier's
     accuracy on the development suite: more cells helped on every kind of table
-    (8,192 to 32,768: 1.2 points closer to k-NN on average), 20 % of the inputs with
+    (8,192 to 32,768: 1.5 points closer to k-NN on average), 20 % of the inputs with
     at most 16 connections (10 % did as well; more connections cost time without
     helping) and 256 winners (128 and 512 both did slightly worse).
 
@@ -345,7 +349,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     adds the parties' own (so a merged model's scale is chosen on every party's
     held-out rows; its counts and predictions are those of the pooled fit, its scale
     may differ from the pooled fit's by a step of the grid). A private release has no
-    calibration (it was computed from the exact data) and uses the scale 64.
+    calibration (it was computed from the exact data) and uses the scale 19 (the median
+    of the scales chosen on the development suite).
 
     Integer counts make CPU and GPU models bit-identical; novelties are summed in
     float64 in the same order on both devices, so predictions are identical too.
@@ -396,7 +401,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         **_hash_constraints(),
         "encoding": [StrOptions({"thermometer", "population", "complement"}), None],
         "n_receptors": [Interval(Integral, 2, 256, closed="both"), StrOptions({"auto"})],
-        "input_range": [StrOptions({"fit"}), tuple, list],
+        "input_range": [StrOptions({"fit", "quantile"}), tuple, list],
         "gamma": [Interval(Real, 0.0, 1.0, closed="left")],
         "decay": [StrOptions({"relative", "count"})],
         "class_weight": [dict, StrOptions({"balanced"}), None],
@@ -419,7 +424,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         precision="exact",
         encoding="population",
         n_receptors="auto",
-        input_range="fit",
+        input_range="quantile",
         gamma=0.03,
         decay="relative",
         class_weight=None,
@@ -532,18 +537,32 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         normalize = getattr(self, "normalize", True)
         return getattr(self, "encoding", None) is None if normalize == "auto" else bool(normalize)
 
-    def _set_input_range(self, low=None, high=None, X=None):
-        """Fix ``input_low_`` / ``input_high_`` (host float64, one per feature) under an encoding.
+    def _set_input_range(self, low=None, high=None, X=None, histogram=None, knots=None, weights=None):
+        """Fix ``input_low_`` / ``input_high_`` (host float64, one per feature) under an encoding,
+        and ``input_quantiles_`` under ``input_range='quantile'``.
 
-        ``input_range='fit'``: from ``low``/``high`` (a Dask reduction, or the parties'
-        agreed range) or else the column range of ``X``; a fixed ``(low, high)`` is
-        checked (finite, one value or one per feature, ``low <= high``).
+        ``input_range='fit'`` or ``'quantile'``: from ``low``/``high`` (a Dask reduction, or
+        the parties' agreed range) or else the column range of ``X``; the quantiles from
+        ``histogram`` (the summed histograms of blocks or parties), ``knots`` (a merge's or a
+        file's, as they are) or else from ``X``'s. A
+        fixed ``(low, high)`` is checked (finite, one value or one per feature, ``low <=
+        high``).
         """
-        for name in ("input_low_", "input_high_"):
+        for name in ("input_low_", "input_high_", "input_quantiles_"):
             self.__dict__.pop(name, None)
+        agreed = self.__dict__.pop("_agreed_input", None)  # a federation's (low, high, histogram)
         if getattr(self, "encoding", None) is None:
             return
+        if agreed is not None and self.input_range == "quantile":
+            low, high, histogram = agreed
         self.input_low_, self.input_high_ = input_range(self.input_range, self.n_features_in_, low, high, X)
+        if self.input_range == "quantile":
+            if knots is not None:
+                self.input_quantiles_ = np.array(knots, dtype=np.float64)
+                return
+            if histogram is None:  # each row counts its weight, as a repeated row would
+                histogram = _flynn_batches.histogram(self, X, weights)
+            self.input_quantiles_ = quantile_knots(np.asarray(histogram), self.input_low_, self.input_high_)
 
     def _encode(self, Xb):
         """The encoded dense device batch ``Xb`` (:func:`._flynn_batches.encode_batch`)."""
@@ -757,8 +776,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         y_idx = self._encode_y(y_host, X.shape[0])
         if weights is not None:
             _weights.check_totals(weights, y_idx, len(self.classes_), "fit")
-        self._set_input_range(X=X)
-        self._init_model(X.shape[1], X.shape[0])
+        self._init_model(X.shape[1], X.shape[0])  # the size check first: nothing is allocated before it
+        self._set_input_range(X=X, weights=weights)
         bar = self._progress("fit", X.shape[0])
         self._set_counts(self._count(X, y_idx, bar, weights))
         self._set_calibration(*loss_table(self, X, y_idx, weights))
@@ -832,8 +851,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self._add_calibration(table, hits)
             bar.close(samples=X.shape[0])
             return self
-        self._set_input_range(X=X)
         self._init_model(X.shape[1], X.shape[0], caller="partial_fit")
+        self._set_input_range(X=X, weights=weights)
         bar = self._progress("partial_fit", X.shape[0])
         self._set_counts(self._count(X, y_idx, bar, weights))
         self._set_calibration(*loss_table(self, X, y_idx, weights))

@@ -17,7 +17,7 @@ from .._backend import array_module, is_cupy_sparse, synchronize, to_device
 from . import _encoding, _flynn_cuda, _weights
 from ._flynn_engine import engine
 
-__all__ = ["range_arrays", "encode_batch", "batch_winners", "count"]
+__all__ = ["range_arrays", "encode_batch", "histogram", "batch_winners", "count"]
 
 
 def range_arrays(est, Xb):
@@ -30,8 +30,41 @@ def range_arrays(est, Xb):
     return est._derived(("_input_range", est.device_), est.input_low_, build)
 
 
+def histogram(est, X, weights=None):
+    """Per-feature counts of validated ``X`` over the bins of ``input_range='quantile'``
+    (:func:`._encoding.column_histogram`), summed over batches of ``batch_size`` rows (each
+    made dense where it lives: NumPy or CuPy, the same bits): host int64, exact (with row
+    ``weights``, host float64 on the fixed-point grid: their sums, exact too)."""
+    total = 0
+    bs = int(est.batch_size)
+    for start in range(0, X.shape[0], bs):  # loop over batches, not samples
+        Xb = X[start : start + bs]
+        Xb = Xb.toarray() if sp.issparse(Xb) or is_cupy_sparse(Xb) else Xb
+        wb = None if weights is None else weights[start : start + bs]
+        if wb is not None and array_module(Xb) is not np:
+            wb = to_device(wb, "cuda")
+        total = total + _encoding.column_histogram(Xb, est.input_low_, est.input_high_, wb)
+    return total
+
+
+def _quantile_positions(est, Xb):
+    """``input_range='quantile'``: each value of the dense device batch ``Xb`` at its place
+    among its feature's quantiles (float64 in [0, 1])."""
+    knots = est._derived(
+        ("_input_quantiles", est.device_), est.input_quantiles_, lambda k: to_device(k, est.device_)
+    )
+    if est.device_ == "cuda":
+        return _flynn_cuda.quantile_position(Xb, knots)
+    return _encoding.quantile_position(Xb, knots)
+
+
 def encode_batch(est, Xb):
     """The encoded dense device batch ``Xb``: scaled to the input range, checked or clipped."""
+    if est.input_range == "quantile":
+        u = _quantile_positions(est, Xb)
+        if est.device_ == "cuda" and not est._normalizes():
+            return _flynn_cuda.encode(u, est.encoding, receptors=est.n_receptors_)
+        return _encoding.encode(u, est.encoding, receptors=est.n_receptors_)
     low, span = range_arrays(est, Xb)
     fitted = isinstance(est.input_range, str)
     if not fitted:  # values outside a fixed range are refused (one pass on a [0, 1] range)

@@ -111,6 +111,25 @@ def encode(X, encoding, low=None, span=None, clip=False, receptors=5):  # pragma
     return out
 
 
+def quantile_position(X, knots):  # pragma: no cover - needs a GPU
+    """:func:`sknn_gpu.fly._encoding.quantile_position` in one kernel (float64 out, same bits):
+    ``knots`` is the (n_features, K) float64 CuPy array of the features' quantiles."""
+    cp = get_cupy()
+    if X.strides[1] != X.itemsize:
+        X = cp.ascontiguousarray(X)
+    n, d = X.shape
+    out = cp.empty((n, d), dtype=cp.float64)
+    t = {cp.dtype(cp.float32): "float", cp.dtype(cp.float64): "double"}.get(X.dtype)
+    if t is None:
+        X, t = X.astype(cp.float64), "double"
+    kern = get_function("flynn", "flynn_quantile_position", QUANT_T=t)
+    ldx = np.int64(X.strides[0] // X.itemsize)
+    if n * d:
+        args = (X, np.int64(n), np.int64(d), ldx, knots, np.int32(knots.shape[1]), out)
+        kern(_grid(n * d, THREADS, 16), (THREADS,), args)
+    return out
+
+
 def count(winners, labels, n_classes, n_components):  # pragma: no cover - needs a GPU
     """Integer counts (n_classes, m): how often each cell wins per class (atomic adds)."""
     cp = get_cupy()
