@@ -156,14 +156,29 @@ def local_cluster(gpu, n_workers, threads=1):
     """A Dask cluster of ``n_workers``: one worker per GPU (``dask_cuda.LocalCUDACluster``
     on GPUs 0..n-1, ``threads`` task threads each), or single-threaded CPU worker processes."""
     if gpu:
-        from dask_cuda import LocalCUDACluster
-
+        try:
+            from dask_cuda import LocalCUDACluster
+        except ImportError:  # the same layout without dask-cuda: one pinned worker process per GPU
+            return pinned_gpu_cluster(n_workers, threads)
         return LocalCUDACluster(
             CUDA_VISIBLE_DEVICES=list(range(n_workers)), threads_per_worker=threads, dashboard_address=None
         )
     from distributed import LocalCluster
 
     return LocalCluster(processes=True, n_workers=n_workers, threads_per_worker=1, dashboard_address=None)
+
+
+def pinned_gpu_cluster(n_workers, threads=1):
+    """A local cluster of ``n_workers`` worker processes, worker ``i`` started with
+    ``CUDA_VISIBLE_DEVICES=i`` (so it sees GPU ``i`` as its device 0), ``threads`` task
+    threads each: what ``dask_cuda.LocalCUDACluster`` sets up, for hosts without dask-cuda."""
+    from distributed import Nanny, Scheduler, SpecCluster
+
+    workers = {
+        f"gpu-{i}": {"cls": Nanny, "options": {"nthreads": threads, "env": {"CUDA_VISIBLE_DEVICES": str(i)}}}
+        for i in range(n_workers)
+    }
+    return SpecCluster(workers=workers, scheduler={"cls": Scheduler, "options": {"dashboard_address": ":0"}})
 
 
 def persist_round_robin(client, *arrays):

@@ -802,8 +802,10 @@ def main(argv=None):
         try:
             import dask_cuda  # noqa: F401
         except ImportError:
-            print("dask-cuda is not installed: nothing to measure on GPUs")
-            return
+            print(
+                "dask-cuda is not installed: one worker process per GPU, pinned by "
+                "CUDA_VISIBLE_DEVICES (what LocalCUDACluster sets up)\n"
+            )
     small = args.quick or not gpu
     size = QUICK if small else FULL
     own.stored = own.stored or size["stored"]
