@@ -147,10 +147,10 @@ def test_flynn_fit_with_differently_chunked_y(dask_client, digits):
 
 def test_flynn_fit_sends_only_counts_to_the_client(dask_client, digits, monkeypatch):
     """What the computes return: the class labels, each feature's (min, max) (the encoding's
-    fitted range, 2 x 64 numbers), the features' counts over the quantile bins, one table
-    (n_classes, m) and a row count, then the
+    fitted range, 2 x 64 numbers), the features' counts over the quantile bins, then in one
+    pass one table (n_classes, m) with a row count and the winners and labels of the
     calibration rows of ``predict_proba`` (at most ``CALIBRATION_ROWS``, here every row of
-    this small table) with their labels."""
+    this small table)."""
     X, y = digits
     seen = []
     real = dask.compute
@@ -163,15 +163,18 @@ def test_flynn_fit_sends_only_counts_to_the_client(dask_client, digits, monkeypa
     monkeypatch.setattr(dask, "compute", spy)
     est = _fly().fit(_dX(X), da.from_array(y, chunks=(ROWS,)))
     classes, (low, high), (table, n) = seen[0][0], seen[1][0], seen[3][0]
+    calibration = [c for c in seen[3][1] if c is not None]  # with the counts, in the same pass
     assert np.array_equal(classes, np.arange(10))
     assert np.array_equal(low, X.min(axis=0)) and np.array_equal(high, X.max(axis=0))
     assert table.shape == est.counts_.shape and n == X.shape[0]
     # (input_range='quantile') the features' counts over the quantile bins: n_features x bins
     hist = seen[2][0]
     assert hist.shape == (X.shape[1], 4096) and np.array_equal(hist.sum(axis=1), [len(y)] * X.shape[1])
-    Xc, yc = seen[4]
-    assert np.array_equal(Xc, X) and np.array_equal(yc, y)  # 1,797 rows: all are calibration rows
-    assert len(seen) == 5
+    # 1,797 rows: all are calibration rows; their winners travel (n x k int32), not their features
+    winners = np.concatenate([c[0] for c in calibration])
+    assert winners.shape == (len(y), est.k_) and winners.dtype == np.int32
+    assert np.array_equal(np.concatenate([c[1] for c in calibration]), np.searchsorted(est.classes_, y))
+    assert len(seen) == 4
     assert np.array_equal(est.calibration_loss_, _fly().fit(X, y).calibration_loss_)
 
 

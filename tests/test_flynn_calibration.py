@@ -265,3 +265,15 @@ def test_quantile_federated_and_dask_fits_equal_the_pooled_fit(dask_client):
     lazy = FlyNNClassifier(**params).fit(da.from_array(X, chunks=(250, 7)), da.from_array(y, chunks=250))
     assert np.array_equal(lazy.input_quantiles_, pooled.input_quantiles_)
     assert np.array_equal(lazy.counts_, pooled.counts_)
+    # the calibration rows' winners come back with the counts: the same table as in memory
+    assert np.array_equal(lazy.calibration_loss_, pooled.calibration_loss_)
+    assert lazy.held_out_hits_ == pooled.held_out_hits_
+    # with sample weights (rows of weight 0 left out of the calibration rows, as in memory)
+    w = np.where(np.arange(len(y)) % 7 == 0, 0.0, 1.0 + (np.arange(len(y)) % 3))
+    eager = FlyNNClassifier(**params).fit(X, y, sample_weight=w)
+    dX, dy, dw = da.from_array(X, chunks=(250, 7)), da.from_array(y, chunks=250), da.from_array(w, chunks=250)
+    lazy = FlyNNClassifier(**params).fit(dX, dy, sample_weight=dw)
+    assert np.array_equal(lazy.counts_, eager.counts_)
+    assert np.array_equal(lazy.input_quantiles_, eager.input_quantiles_)
+    assert np.array_equal(lazy.calibration_loss_, eager.calibration_loss_)
+    assert lazy.held_out_hits_ == eager.held_out_hits_

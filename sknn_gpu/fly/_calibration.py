@@ -38,6 +38,9 @@ __all__ = [
     "calibration_rows",
     "loss_table",
     "held_out_table",
+    "cross_fit",
+    "calibration_winners",
+    "held_out",
     "scale_of",
     "class_information",
     "check_class_information",
@@ -83,7 +86,7 @@ def _losses(novelty, y_idx, weights, k):
     return out, correct
 
 
-def _winners(est, X):
+def calibration_winners(est, X):
     """The int32 (n, k) winners of validated ``X`` on ``device_``, all batches together."""
     parts = [w for _, w in est._batch_winners(X)]
     return parts[0] if len(parts) == 1 else est._xp.concatenate(parts)
@@ -114,13 +117,20 @@ def loss_table(est, X, y_idx, weights=None):
     """
     rows = calibration_rows(X.shape[0])
     Xc = X if len(rows) == X.shape[0] else take_rows(X, rows)
-    yc = np.asarray(y_idx)[rows]
     wc = None if weights is None else np.asarray(weights)[rows]
-    winners = _winners(est, Xc)
-    fold = np.arange(len(rows)) % CALIBRATION_FOLDS
+    return cross_fit(est, calibration_winners(est, Xc), np.asarray(y_idx)[rows], wc)
+
+
+def cross_fit(est, winners, yc, wc=None):
+    """:func:`loss_table` from the calibration rows' ``winners`` (int32 (n, k), NumPy or on
+    ``device_``), their labels ``yc`` (host ints) and weights ``wc`` (host or None), in the
+    order of the rows: the folds go by position."""
+    winners = to_device(winners, est.device_)
+    yc = np.asarray(yc)
+    fold = np.arange(len(yc)) % CALIBRATION_FOLDS
     table = np.zeros(len(SCALE_GRID))
     correct = total = 0.0
-    for f in range(min(CALIBRATION_FOLDS, len(rows))):
+    for f in range(min(CALIBRATION_FOLDS, len(yc))):
         sel = np.flatnonzero(fold == f)
         w_f = winners[to_device(sel, est.device_)]
         y_f = yc[sel]
@@ -139,10 +149,15 @@ def held_out_table(est, X, y_idx, weights=None):
     as :func:`loss_table`."""
     rows = calibration_rows(X.shape[0])
     Xc = X if len(rows) == X.shape[0] else take_rows(X, rows)
-    yc = np.asarray(y_idx)[rows]
     wc = None if weights is None else np.asarray(weights)[rows]
-    losses, hits = _losses(_novelty_of(est, _winners(est, Xc), est.counts_), yc, wc, est.k_)
-    return losses, (hits, float(len(rows)) if wc is None else float(wc.sum()))
+    return held_out(est, calibration_winners(est, Xc), np.asarray(y_idx)[rows], wc)
+
+
+def held_out(est, winners, yc, wc=None):
+    """:func:`held_out_table` from the calibration rows' ``winners``, labels and weights."""
+    winners = to_device(winners, est.device_)
+    losses, hits = _losses(_novelty_of(est, winners, est.counts_), yc, wc, est.k_)
+    return losses, (hits, float(len(yc)) if wc is None else float(np.asarray(wc).sum()))
 
 
 def scale_of(table):

@@ -213,6 +213,21 @@ def _block_counts(shell, what, X, y, w=None):
     return to_host(shell._count(Xv, y_idx, weights=weights)), n, float(weights.sum())
 
 
+def _block_counts_and_calibration(shell, what, X, y, w, local):
+    """A block's counts (:func:`_block_counts`) and the winners, class indices and weights of
+    its calibration rows (``local``: their host positions in the block; None when it has
+    none): the rows of ``predict_proba``'s calibration travel as winners, not as features,
+    and X is read once."""
+    out = _block_counts(shell, what, X, y) if w is None else _block_counts(shell, what, X, y, w)
+    if local.size == 0:
+        return out, None
+    Xv = take_rows(shell._validate_X(X, reset=False), local)
+    winners = to_host(_calibration.calibration_winners(shell, Xv))
+    y_idx = shell._encode_y(host_labels(y)[local], local.size)
+    weights = None if w is None else _block_weights(w, int(X.shape[0]))[local]
+    return out, (winners, y_idx, weights)
+
+
 def _add(*parts):
     total = parts[0][0]
     for p in parts[1:]:
@@ -220,26 +235,51 @@ def _add(*parts):
     return (total, *(sum(p[i] for p in parts) for i in range(1, len(parts[0]))))
 
 
-def counts(est, X, y, what="fit", w=None):
-    """Counts of the Dask ``X``/``y`` under the fitted hash of ``est``: ``(table, n_rows, n_blocks)``.
+def counts(est, X, y, what="fit", w=None, calibration_rows=None):
+    """Counts of the Dask ``X``/``y`` under the fitted hash of ``est``: ``(table, n_rows,
+    n_blocks, calibration)``.
 
     ``table`` is on ``est.device_``; ``y`` (and the sample weights ``w``) are already
-    :func:`aligned`; ``what`` names the public method in a block's errors. Only the table,
-    a row count and a total weight reach the client. Weighted counts are sums of
-    multiples of ``2**-20`` (:mod:`._weights`): exact in any order, as integer counts are.
+    :func:`aligned`; ``what`` names the public method in a block's errors. Weighted counts
+    are sums of multiples of ``2**-20`` (:mod:`._weights`): exact in any order, as integer
+    counts are. With ``calibration_rows`` (sorted host indices into X's rows), the blocks
+    that hold them also return their winners, class indices and weights, concatenated in
+    row order as ``calibration = (winners, y_idx, weights)`` (else None). Only these, the
+    table, a row count and a total weight reach the client, in one pass over X.
     """
     import dask
 
     shell = shared(_shell(est))  # one graph key: shipped once per worker
-    if w is None:
-        parts = [dask.delayed(_block_counts)(shell, what, xb, yb) for xb, yb in row_blocks(X, y)]
-    else:
-        parts = [dask.delayed(_block_counts)(shell, what, xb, yb, wb) for xb, yb, wb in row_blocks(X, y, w)]
-    total, n, *weight = dask.compute(tree_reduce(parts, _add))[0]
+    sizes = X.chunks[0]
+    starts = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    xs, ys = X.to_delayed().ravel(), y.to_delayed().ravel()
+    ws = None if w is None else w.to_delayed().ravel()
+    wanted = np.asarray(calibration_rows if calibration_rows is not None else [], dtype=np.int64)
+    parts, cal_parts = [], []
+    for i, size in enumerate(sizes):
+        if size == 0:
+            continue
+        wb = None if ws is None else ws[i]
+        local = wanted[(wanted >= starts[i]) & (wanted < starts[i + 1])] - starts[i]
+        if calibration_rows is None:
+            args = (shell, what, xs[i], ys[i]) if wb is None else (shell, what, xs[i], ys[i], wb)
+            parts.append(dask.delayed(_block_counts)(*args))
+            continue
+        both = dask.delayed(_block_counts_and_calibration, nout=2)(shell, what, xs[i], ys[i], wb, local)
+        parts.append(both[0])
+        cal_parts.append(both[1])
+    (total, n, *weight), cals = dask.compute(tree_reduce(parts, _add), cal_parts)
     if weight and weight[0] == 0:
         raise _all_zero()
     _weights.check_exact(total, what)
-    return to_device(total, est.device_), n, len(parts)
+    calibration = None
+    if calibration_rows is not None:
+        cals = [c for c in cals if c is not None]
+        winners = np.concatenate([c[0] for c in cals])
+        y_idx = np.concatenate([c[1] for c in cals])
+        weights = None if w is None else np.concatenate([c[2] for c in cals])
+        calibration = (winners, y_idx, weights)
+    return to_device(total, est.device_), n, len(parts), calibration
 
 
 def fit(est, X, y, what, first, sample_weight=None):
@@ -273,36 +313,29 @@ def fit(est, X, y, what, first, sample_weight=None):
             est._set_input_range(low, high)
         est._init_model(d, 0, caller=what)
     bar = Progress(est, f"{type(est).__name__}.{what} (dask)", verbose=est.verbose, unit="blocks")
-    total, n, bar.n = counts(est, X, y, what, w)
+    total, n, bar.n, cal = counts(est, X, y, what, w, calibration_rows=_calibration_rows(X, w))
     if not first:
         total = _weights.check_exact(est.counts_ + total, what)
-        cal = _calibration.held_out_table(est, *_calibration_sample(est, X, y, w))
+        table = _calibration.held_out(est, *cal)  # the batch, scored by the model before it
         est._set_counts(total)
-        est._add_calibration(*cal)
+        est._add_calibration(*table)
     else:
         est._set_counts(total)
-        est._set_calibration(*_calibration.loss_table(est, *_calibration_sample(est, X, y, w)))
+        est._set_calibration(*_calibration.cross_fit(est, *cal))
     bar.close(samples=n, classes=len(est.classes_))
     return est
 
 
-def _calibration_sample(est, X, y, w):
-    """``(X, y_idx, weights)`` in memory: the calibration rows of the Dask data, the rows an
-    in-memory fit on the same data picks (at most ``CALIBRATION_ROWS``, evenly spread over
-    the rows of nonzero weight), so both calibrate alike; only these rows reach the client."""
+def _calibration_rows(X, w):
+    """The rows of ``predict_proba``'s calibration: those an in-memory fit on the same data
+    picks (at most ``CALIBRATION_ROWS``, evenly spread over the rows of nonzero weight), so
+    both calibrate alike. With weights, the weights (one number a row) are read first."""
     import dask
 
     if w is None:
-        rows = _calibration.calibration_rows(X.shape[0])
-    else:
-        keep = np.flatnonzero(np.asarray(to_host(dask.compute(w)[0]), dtype=np.float64) != 0)
-        rows = keep[_calibration.calibration_rows(keep.size)]
-    Xc, yc = dask.compute(X[rows], y[rows])
-    Xc = est._validate_X(Xc, reset=False)
-    weights = None
-    if w is not None:
-        weights = _weights.check_sample_weight(np.asarray(to_host(dask.compute(w[rows])[0])), len(rows))
-    return Xc, est._encode_y(host_labels(yc), len(rows)), weights
+        return _calibration.calibration_rows(X.shape[0])
+    keep = np.flatnonzero(np.asarray(to_host(dask.compute(w)[0]), dtype=np.float64) != 0)
+    return keep[_calibration.calibration_rows(keep.size)]
 
 
 # ----------------------------------------------------------------------------------
