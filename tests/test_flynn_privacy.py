@@ -136,7 +136,7 @@ def test_privatize_refuses_a_range_fitted_from_the_data(rng):
     X, y = _blobs(rng)
     fitted = FlyNNClassifier(k=8, random_state=0, device="cpu").fit(X, y)  # input_range='fit'
     assert np.array_equal(fitted.input_low_, X.min(axis=0))  # the exact data minima...
-    with pytest.raises(ValueError, match=r"public input range.*input_range='fit'.*sensitivity"):
+    with pytest.raises(ValueError, match=r"public input range.*input_range='quantile'.*sensitivity"):
         fitted.privatize(1.0, 5)  # ...would have been released beside the noisy counts
     streamed = FlyNNClassifier(k=8, random_state=0, device="cpu").partial_fit(X, y, classes=np.unique(y))
     with pytest.raises(ValueError, match="public input range"):

@@ -743,7 +743,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             Training data: NumPy, CuPy, a SciPy/cupyx sparse matrix (hashed as CSR;
             the same model as its dense copy, bit for bit), or a Dask array chunked
             by rows: then every block is counted on the worker that holds it and
-            only count tables reach the client (the same model bit for bit).
+            only count tables, the features' histograms (``input_range='quantile'``)
+            and the winners of the calibration rows reach the client: the same model
+            bit for bit.
         y : array-like of shape (n_samples,)
             Class labels (a Dask array, or in memory, with Dask ``X``).
         sample_weight : array-like of shape (n_samples,) or float, default=None

@@ -229,7 +229,8 @@ def check_public_range(est):
         )
     if not public:
         how = (
-            "each feature's exact minimum and maximum in the training data (input_range='fit')"
+            f"each feature's exact minimum and maximum (and, under 'quantile', its quantiles) in the "
+            f"training data (input_range={given!r})"
             if isinstance(given, str)
             else f"a range other than its input_range={given!r} (it was fitted under another one)"
         )
