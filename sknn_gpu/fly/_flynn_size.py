@@ -11,6 +11,7 @@ allocated.
 
 from __future__ import annotations
 
+from ._encoding import QUANTILE_BINS, QUANTILE_KNOTS
 from ._flyhash import check_footprint, flyhash_bytes
 from ._flynn_engine import engine
 
@@ -46,6 +47,15 @@ def footprint(est, stage, n_samples, n_features, sizes):
                 gpu += 2 * rows * n_features * 8
             else:
                 host += 2 * rows * n_features * 8
+        if getattr(est, "encoding", None) is not None and getattr(est, "input_range", None) == "quantile":
+            d = int(getattr(est, "n_features_in_", n_features))
+            if stage in ("fit", "partial_fit"):  # the quantiles' histogram: a batch's bins, the tables
+                host += d * (2 * QUANTILE_BINS * 8 + QUANTILE_KNOTS * 8)
+            temps = 2 * rows * d * 8  # each value's bin (or place among the quantiles), in float64
+            if device == "cuda":
+                gpu += temps
+            else:
+                host += temps
         result = {"fit": 4, "partial_fit": 4, "predict": 8, "novelty": 8 * n_classes}[stage] * n_samples
         if stage in ("fit", "partial_fit"):  # the batch counts' total, then the new counts_
             result += 2 * n_classes * m * 8
