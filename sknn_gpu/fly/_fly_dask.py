@@ -96,11 +96,21 @@ def _block_histogram(shell, X, w=None):
         weights = _block_weights(w, Xv.shape[0])
     from . import _flynn_batches
 
-    return _flynn_batches.histogram(shell, Xv, weights)
+    hist = _flynn_batches.histogram(shell, Xv, weights)
+    if weights is None and hist.dtype == np.int64:  # a block's counts fit int32: half the bytes to send
+        return hist.astype(np.int32)
+    return hist
 
 
 def _add_histograms(*parts):
-    return sum(parts)
+    """The sum of blocks' histograms, exact: summed in int64 (float64 for weighted ones) and
+    sent on as int32 while every bin's count fits (fewer than 2**31 rows in it)."""
+    total = 0
+    for p in parts:
+        total = total + (p.astype(np.int64) if isinstance(p, np.ndarray) and p.dtype == np.int32 else p)
+    if isinstance(total, np.ndarray) and total.dtype == np.int64 and total.max(initial=0) < 2**31:
+        return total.astype(np.int32)
+    return total
 
 
 def column_histogram(est, X, w=None):
