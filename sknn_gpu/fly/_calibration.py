@@ -106,6 +106,14 @@ def _novelty_of(est, winners, counts):
     return to_host(engine(est.device_).novelty(winners, to_device(filters_t, est.device_)))
 
 
+def _calibration_set(est, X, y_idx, weights):
+    """``(winners, labels, weights)`` of the calibration rows of validated ``X``."""
+    rows = calibration_rows(X.shape[0])
+    Xc = X if len(rows) == X.shape[0] else take_rows(X, rows)
+    wc = None if weights is None else np.asarray(weights)[rows]
+    return calibration_winners(est, Xc), np.asarray(y_idx)[rows], wc
+
+
 def loss_table(est, X, y_idx, weights=None):
     """Cross-fitted calibration of ``est`` just fitted on validated ``X`` (its labels
     ``y_idx``, host ints, and row ``weights`` or None): ``(table, accuracy)``.
@@ -115,10 +123,7 @@ def loss_table(est, X, y_idx, weights=None):
     ``accuracy = (correct, total)``: the weighted number of those rows whose least novel
     held-out class is their own, and their total weight.
     """
-    rows = calibration_rows(X.shape[0])
-    Xc = X if len(rows) == X.shape[0] else take_rows(X, rows)
-    wc = None if weights is None else np.asarray(weights)[rows]
-    return cross_fit(est, calibration_winners(est, Xc), np.asarray(y_idx)[rows], wc)
+    return cross_fit(est, *_calibration_set(est, X, y_idx, weights))
 
 
 def cross_fit(est, winners, yc, wc=None):
@@ -147,10 +152,7 @@ def held_out_table(est, X, y_idx, weights=None):
     """The calibration of a ``partial_fit`` batch: its rows (at most
     :data:`CALIBRATION_ROWS`) scored by the model before the batch, ``(table, accuracy)``
     as :func:`loss_table`."""
-    rows = calibration_rows(X.shape[0])
-    Xc = X if len(rows) == X.shape[0] else take_rows(X, rows)
-    wc = None if weights is None else np.asarray(weights)[rows]
-    return held_out(est, calibration_winners(est, Xc), np.asarray(y_idx)[rows], wc)
+    return held_out(est, *_calibration_set(est, X, y_idx, weights))
 
 
 def held_out(est, winners, yc, wc=None):

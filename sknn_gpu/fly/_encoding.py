@@ -170,7 +170,8 @@ def column_histogram(X, low, high, weights=None):
 def quantile_knots(hist, low, high):
     """The :data:`QUANTILE_KNOTS` quantiles (host float64, shape (n_features, K)) of each
     feature from its histogram ``hist`` over ``[low, high]``, linear within a bin (level 0:
-    the range's low end, level 1: the top of the highest bin used). Non-decreasing."""
+    the range's low end, level 1: the top of the highest bin used). Non-decreasing: the bin
+    index and the fraction within it grow with the level, and each step rounds monotonely."""
     d, B = hist.shape
     K = QUANTILE_KNOTS
     width = (high - low) / B
@@ -188,7 +189,7 @@ def quantile_knots(hist, low, high):
         before = cum[b] - h[b]
         frac = np.clip((target - before) / np.where(h[b] > 0, h[b], 1.0), 0.0, 1.0)
         knots[j] = low[j] + (b + frac) * width[j]
-    return np.maximum.accumulate(knots, axis=1)
+    return knots
 
 
 def quantile_position(X, knots):

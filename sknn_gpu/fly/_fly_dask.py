@@ -204,7 +204,11 @@ def _block_counts(shell, what, X, y, w=None):
     """``(counts, rows)`` of one block, checked and counted as in memory: host counts
     (n_classes, m), int64. With ``w``, ``(counts, rows, total weight)``, the counts float64
     for weights that are not whole numbers."""
-    Xv = shell._validate_X(X, reset=False)
+    return _counted(shell, what, shell._validate_X(X, reset=False), y, w)
+
+
+def _counted(shell, what, Xv, y, w=None):
+    """:func:`_block_counts` of the validated block ``Xv``."""
     labels = host_labels(y)
     n = int(Xv.shape[0])
     if w is None or what != "fit":  # fit's classes are those of the rows of non-zero weight
@@ -228,13 +232,13 @@ def _block_counts_and_calibration(shell, what, X, y, w, local):
     its calibration rows (``local``: their host positions in the block; None when it has
     none): the rows of ``predict_proba``'s calibration travel as winners, not as features,
     and X is read once."""
-    out = _block_counts(shell, what, X, y) if w is None else _block_counts(shell, what, X, y, w)
+    Xv = shell._validate_X(X, reset=False)  # once, for the counts and the calibration rows
+    out = _counted(shell, what, Xv, y) if w is None else _counted(shell, what, Xv, y, w)
     if local.size == 0:
         return out, None
-    Xv = take_rows(shell._validate_X(X, reset=False), local)
-    winners = to_host(_calibration.calibration_winners(shell, Xv))
+    winners = to_host(_calibration.calibration_winners(shell, take_rows(Xv, local)))
     y_idx = shell._encode_y(host_labels(y)[local], local.size)
-    weights = None if w is None else _block_weights(w, int(X.shape[0]))[local]
+    weights = None if w is None else _block_weights(w, int(Xv.shape[0]))[local]
     return out, (winners, y_idx, weights)
 
 
