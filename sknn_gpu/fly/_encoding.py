@@ -63,8 +63,8 @@ THERMOMETER_SLOPE = 2.5
 #: ``encoding='population'``: ``L`` receptors per feature with triangular tuning curves
 #: centred at ``q / (L - 1)`` (``q = 0 .. L-1``, evenly over the range) and a half-width of
 #: this many spacings between centres, ``RECEPTOR_SPREAD / (L - 1)``: a value excites the
-#: receptors within two spacings of it. Picked on the development suite
-#: (``benchmarks/tools/sweep_flynn_devsuite.py``) among 1.5, 2, 2.5 and 3 spacings.
+#: receptors within two spacings of it (chosen in exploratory runs on the development suite;
+#: the committed sweep, ``benchmarks/tools/sweep_flynn_devsuite.py``, measures the result).
 RECEPTOR_SPREAD = 2.0
 #: ``n_receptors='auto'``: ``ceil(AUTO_RECEPTOR_INPUTS / n_features)`` receptors per feature,
 #: between :data:`MIN_RECEPTORS` and :data:`MAX_RECEPTORS`: a table of few features is read

@@ -117,8 +117,7 @@ def _hash_constraints():
 #: ``n_components='auto'``: cells for an input of at most :data:`AUTO_WIDE_INPUTS` encoded
 #: values, and for a wider one (where each cell's sum and the winners' selection cost most of
 #: a prediction). Chosen on the development suite (``benchmarks/tools/sweep_flynn_devsuite.py``):
-#: 32,768 cells came 1.5 points closer to k-NN than 8,192 on average, and sizing the
-#: cells to the number of training rows (8,192 to 65,536) did worse.
+#: 32,768 cells came 1.5 points closer to k-NN than 8,192 on average.
 AUTO_CELLS = 32768
 AUTO_CELLS_WIDE = 16384
 AUTO_WIDE_INPUTS = 1024
@@ -334,9 +333,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     input, 10 % connections, 32 winners: the papers' hash, a general-purpose one
     whose codes are its output) because they were chosen for this classifier's
     accuracy on the development suite: more cells helped on every kind of table
-    (8,192 to 32,768: 1.5 points closer to k-NN on average), 20 % of the inputs with
-    at most 16 connections (10 % did as well; more connections cost time without
-    helping) and 256 winners (128 and 512 both did slightly worse).
+    (8,192 to 32,768: 1.5 points closer to k-NN on average); 20 % of the inputs with
+    at most 16 connections (more cost time); and ``k=256``, ``gamma=0.03``, which a
+    grid over ``k``, ``gamma`` and the cells improves by 0.8 points on average on five
+    development tables (``benchmarks/tools/grid_flynn_devsuite.py``).
 
     ``predict_proba`` is calibrated in ``fit``: up to 16,384 training rows, spread
     evenly, are split in five folds, and each row is scored by the model of the

@@ -1,0 +1,64 @@
+"""Where ``FlyNNClassifier().fit`` spends its time on one GPU: the quantiles' histogram, the
+projection, hashing and counting, and the ``predict_proba`` calibration, each timed alone
+(medians of 3, wall clock with synchronisation) on real Fashion-MNIST (60,000 x 784), under
+``input_range='quantile'`` and ``'fit'``; and ``predict`` of 10,000 rows. A profile, not a
+benchmark against a peer.
+
+Run from the repository root, with the four ``*-ubyte.gz`` files of Fashion-MNIST in DIR::
+
+    python benchmarks/tools/profile_flynn_fit.py --fashion-dir DIR
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
+
+import numpy as np
+from bench_flynn import load_fashion_mnist
+
+from sknn_gpu.fly import FlyNNClassifier, _calibration, _flynn_batches
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--fashion-dir", required=True)
+    args = parser.parse_args(argv)
+    import cupy as cp
+
+    X, Xt, y, _ = load_fashion_mnist(args.fashion_dir)
+    Xd, Qd = cp.asarray(X), cp.asarray(Xt)
+
+    def ms(f, n=3):
+        f()
+        cp.cuda.Device().synchronize()
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            f()
+            cp.cuda.Device().synchronize()
+            times.append(time.perf_counter() - start)
+        return np.median(times) * 1e3
+
+    for input_range in ("quantile", "fit"):
+        clf = FlyNNClassifier(input_range=input_range, random_state=0, device="cuda").fit(Xd, y)
+        Xv = clf._validate_X(Xd, reset=False)
+        y_idx = clf._encode_y(y, len(y))
+        parts = {"whole fit": lambda: clf.fit(Xd, y)}  # noqa: B023 (called in this iteration)
+        if input_range == "quantile":
+            parts["histogram of the quantiles"] = lambda: _flynn_batches.histogram(clf, Xv)  # noqa: B023
+        parts["projection drawn (_init_model)"] = lambda: clf._init_model(X.shape[1], len(y))  # noqa: B023
+        parts["count (hash + counts)"] = lambda: clf._count(Xv, y_idx)  # noqa: B023
+        parts["calibration (loss_table)"] = lambda: _calibration.loss_table(clf, Xv, y_idx)  # noqa: B023
+        print(f"input_range={input_range!r}")
+        for name, f in parts.items():
+            if name.startswith("count"):
+                clf.fit(Xd, y)  # the counts _init_model cleared, for the calibration's filters
+            print(f"  {name:34s}{ms(f):.1f} ms")
+        print(f"  {'predict 10,000 rows':34s}{ms(lambda: clf.predict(Qd[:10000]), 10):.2f} ms")  # noqa: B023
+
+
+if __name__ == "__main__":
+    main()
