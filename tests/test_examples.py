@@ -7,27 +7,19 @@ The test extra holds everything the examples extra does, so every example runs h
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _scripts import newcomer
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-SCRIPTS = sorted(p for p in EXAMPLES.glob("*.py") if not p.name.startswith("_"))
-PNG = b"\x89PNG\r\n\x1a\n"
-
-
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SKNN_GPU_EXAMPLES")}
-    env.pop("DISPLAY", None)  # no window opens, whatever the machine has
-    env.pop("WAYLAND_DISPLAY", None)
-    env.pop("MPLBACKEND", None)  # the examples choose Agg themselves without a display
-    env.update(extra)
-    return env
+SCRIPTS = newcomer.example_scripts(EXAMPLES)
+#: no window opens and no source tree is on PYTHONPATH, whatever the machine has
+_env = newcomer.clean_env
 
 
 def _requirements(extra):
@@ -56,21 +48,12 @@ def test_every_example_is_listed():
 @pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_example_runs_as_a_script_and_saves_its_figures(script, tmp_path):
-    out = tmp_path / "figures"
-    env = _env(SKNN_GPU_EXAMPLES_SMALL="1", SKNN_GPU_EXAMPLES_OUTPUT=str(out))
-    # from a folder of its own, so nothing lands in the source tree
-    res = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
-    )
-    tail = f"{res.stdout[-3000:]}\n{res.stderr[-3000:]}"
-    assert res.returncode == 0, f"{script.name} exited {res.returncode}:\n{tail}"
-    figures = sorted(out.glob(f"{script.stem}_*.png"))
-    assert figures, f"{script.name} saved no figure in {out}"
-    for fig in figures:
-        data = fig.read_bytes()
-        assert data.startswith(PNG) and len(data) > 5000, fig.name  # a drawn figure, not an empty file
-    assert str(out.resolve()) in res.stdout.strip().splitlines()[-1]  # the folder is printed at the end
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures"]  # nothing written elsewhere
+    # from an empty folder of its own: it exits 0, saves drawn PNG figures named after itself
+    # in the folder it is given, prints that folder last and writes nothing else
+    res = newcomer.run_example(Path(sys.executable), script, tmp_path)
+    assert res.error == "", res.error
+    assert res.figures and all(p.parent == tmp_path / "figures" for p in res.figures)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures"]
 
 
 def test_a_missing_package_is_one_line_naming_the_extra(tmp_path):

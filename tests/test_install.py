@@ -8,7 +8,8 @@ are the ones already here. The fresh environment sees this environment's package
 through a ``.pth`` line written after the wheel is installed (``--system-site-packages``
 alone would show the base interpreter's packages, not this virtual environment's); its
 own site-packages come first, so ``import sknn_gpu`` finds the installed wheel, never
-the editable checkout.
+the editable checkout. The steps are the helpers of ``scripts/newcomer.py``, whose
+``--offline`` journey (``tests/test_newcomer.py``) runs every example on such an install.
 """
 
 from __future__ import annotations
@@ -18,15 +19,12 @@ import fnmatch
 import json
 import os
 import shutil
-import subprocess
-import sys
-import sysconfig
 import textwrap
-import venv
 import zipfile
 from pathlib import Path
 
 import pytest
+from _scripts import newcomer
 
 import sknn_gpu
 
@@ -55,18 +53,7 @@ def _ignore(folder, names):
     return [n for n in names if n in _NOT_SOURCE or n.endswith(".egg-info")]
 
 
-def _env():
-    """The environment of every command here: no source tree on PYTHONPATH, pip quiet."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
-    env.update(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1", PYTHONNOUSERSITE="1")
-    return env
-
-
-def _run(cmd, **kw):
-    out = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, env=_env(), **kw)
-    shown = " ".join(str(c) for c in cmd)
-    assert out.returncode == 0, f"{shown} exited {out.returncode}:\n{out.stdout}\n{out.stderr}"
-    return out
+_run = newcomer.run  # raises (an AssertionError) with the command's output unless it exits 0
 
 
 @pytest.fixture(scope="module")
@@ -84,11 +71,8 @@ def built(tmp_path_factory):
     base = tmp_path_factory.mktemp("install")
     src, out = base / "src", base / "wheelhouse"
     shutil.copytree(ROOT, src, ignore=_ignore, symlinks=True)
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
-    _run([*cmd, "--quiet", "--wheel-dir", out, src], cwd=base)
-    wheels = sorted(out.glob("sknn_gpu-*.whl"))
-    assert len(wheels) == 1, wheels
-    return src, wheels[0]
+    out.mkdir()
+    return src, newcomer.build_wheel(src, out)
 
 
 def test_wheel_carries_what_the_package_needs_at_run_time(built):
@@ -148,19 +132,11 @@ def test_installed_wheel_runs_outside_the_source_tree(built, tmp_path):
     _, wheel = built
     env_dir, work = tmp_path / "env", tmp_path / "work"
     work.mkdir()
-    venv.EnvBuilder(system_site_packages=True, with_pip=False, symlinks=os.name != "nt").create(env_dir)
-    bindir = env_dir / ("Scripts" if os.name == "nt" else "bin")
-    python = bindir / ("python.exe" if os.name == "nt" else "python")
-    # pip runs from this environment with the new interpreter (--python): the new one needs no pip
-    _run(
-        [sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", "--no-index"]
-        + ["--find-links", wheel.parent, "sknn-gpu"],
-        cwd=work,
-    )
-    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    site = Path(_run([python, "-c", where]).stdout.strip())
-    ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
-    (site / "_sknn_gpu_test_dependencies.pth").write_text("\n".join(sorted(ours)) + "\n", encoding="utf-8")
+    python = newcomer.create_venv(env_dir, with_pip=False)
+    bindir = python.parent
+    newcomer.install_wheel(python, wheel, cwd=work)
+    site = newcomer.site_dir(python)
+    newcomer.share_site_packages(python)  # after the install: the dependencies, from here
 
     script = textwrap.dedent(
         """
