@@ -183,7 +183,7 @@ class LaunchTable(threading.local):
         self.records.clear()
 
 
-def capture_graph(enqueue):
+def capture_graph(enqueue, prepare=None):
     """Capture the work ``enqueue()`` puts on the current stream as a CUDA graph.
 
     ``enqueue`` is called once, with a fresh non-blocking stream current, and must only
@@ -193,6 +193,10 @@ def capture_graph(enqueue):
     (``graph.launch(stream)`` on any stream of the device). Returns the
     ``cupy.cuda.graph.Graph``, or None where this CuPy or driver cannot capture (the
     caller keeps issuing the calls itself); any other error propagates.
+
+    ``prepare(stream)``, when given, runs on that stream just before the capture begins
+    (e.g. to point a library handle at it: CuPy refuses ``cublas.setStream`` while a
+    stream is capturing) and returns a callable that undoes it after the capture ends.
     """
     cp = get_cupy()
     try:
@@ -203,11 +207,16 @@ def capture_graph(enqueue):
         return None
     try:
         with side:
-            begin(mode=relaxed)
+            undo = prepare(side) if prepare is not None else None
             try:
-                enqueue()
+                begin(mode=relaxed)
+                try:
+                    enqueue()
+                finally:
+                    graph = end()  # always leave capture mode, also on an error
             finally:
-                graph = end()  # always leave capture mode, also on an error
+                if undo is not None:
+                    undo()
     except (cp.cuda.runtime.CUDARuntimeError, cp.cuda.driver.CUDADriverError):
         return None  # the driver refused the capture
     return graph

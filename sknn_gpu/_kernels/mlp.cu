@@ -18,6 +18,13 @@
 //
 // Minibatch helpers (the GEMMs are cuBLAS through CuPy): bias_act, out_delta
 // (out_delta_w with sample weights), act_deriv, params_update.
+//
+// Graph-replayed minibatch steps (_mlp_graph.py): a step captured once as a CUDA graph
+// learns which minibatch it is from the device counter *step: gather_batch copies that
+// minibatch's rows (in the epoch's order) into the static batch buffers, out_delta_w_step
+// and params_update_step read the step's row of the per-epoch table tab (STEP_TAB
+// doubles a step: learning rate, 1/B, loss scale, scale of the squared weights), and
+// step_advance moves the counter on after the update.
 
 #include "grid_barrier.cuh"
 
@@ -363,9 +370,10 @@ __global__ void out_delta(T* __restrict__ Z, const T* __restrict__ b, const T* _
 // loss counts w[r] * loss_scale times (loss_scale = rows / sum of the batch's weights,
 // so *loss gets the batch's weighted mean loss times its size, as scikit-learn sums it).
 template <typename T, int OUT>
-__global__ void out_delta_w(T* __restrict__ Z, const T* __restrict__ b, const T* __restrict__ Y,
-                            const T* __restrict__ w, const long long rows, const int cols,
-                            const double loss_scale, double* __restrict__ loss)
+__device__ __forceinline__ void weighted_out_delta(T* __restrict__ Z, const T* __restrict__ b,
+                                                   const T* __restrict__ Y, const T* __restrict__ w,
+                                                   const long long rows, const int cols,
+                                                   const double loss_scale, double* __restrict__ loss)
 {
     __shared__ double red[256];
     const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -377,6 +385,33 @@ __global__ void out_delta_w(T* __restrict__ Z, const T* __restrict__ b, const T*
         for (int c = 0; c < cols; ++c) z[c] *= wr;
     }
     block_add(l, red, loss);
+}
+
+template <typename T, int OUT>
+__global__ void out_delta_w(T* __restrict__ Z, const T* __restrict__ b, const T* __restrict__ Y,
+                            const T* __restrict__ w, const long long rows, const int cols,
+                            const double loss_scale, double* __restrict__ loss)
+{
+    weighted_out_delta<T, OUT>(Z, b, Y, w, rows, cols, loss_scale, loss);
+}
+
+// Prediction's last layer, one thread per row: Z += b, then the output activation in
+// place (softmax: the row's maximum subtracted, exp, divided by the row's sum).
+template <typename T, int OUT>
+__global__ void bias_out(T* __restrict__ Z, const T* __restrict__ b, const long long rows, const int cols)
+{
+    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= rows) return;
+    T* z = Z + r * cols;
+    if (OUT == 0) {
+        T mx = z[0] + b[0];
+        for (int c = 1; c < cols; ++c) { const T v = z[c] + b[c]; mx = v > mx ? v : mx; }
+        T tot = (T)0;
+        for (int c = 0; c < cols; ++c) { const T e = exp(z[c] + b[c] - mx); z[c] = e; tot += e; }
+        for (int c = 0; c < cols; ++c) z[c] /= tot;
+    } else {
+        for (int c = 0; c < cols; ++c) z[c] = (T)1 / ((T)1 + exp(-(z[c] + b[c])));
+    }
 }
 
 // D *= f'(H) elementwise (H is the hidden activation output).
@@ -394,13 +429,13 @@ __global__ void act_deriv(T* __restrict__ D, const T* __restrict__ H, const long
 // effective gradient is g = G * inv_b + (k < n_coef ? alpha * inv_b * W : 0).
 // Before updating, the sum of squared coefficients (the L2 term of the loss) is added
 // to *sumsq.
+// The block's share of the update; returns its sum of squared coefficients.
 template <typename T, int SOLVER>
-__global__ void params_update(T* __restrict__ W, const T* __restrict__ G, T* __restrict__ SA, T* __restrict__ SB,
-                              const long long total, const long long n_coef, const T inv_b, const T alpha,
-                              const T lr, const T mu, const T b1, const T b2, const T eps,
-                              double* __restrict__ sumsq)
+__device__ __forceinline__ double update_share(T* __restrict__ W, const T* __restrict__ G, T* __restrict__ SA,
+                                               T* __restrict__ SB, const long long total, const long long n_coef,
+                                               const T inv_b, const T alpha, const T lr, const T mu, const T b1,
+                                               const T b2, const T eps)
 {
-    __shared__ double red[256];
     double sq = 0.0;
     for (long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x; k < total;
          k += (long long)gridDim.x * blockDim.x) {
@@ -412,5 +447,67 @@ __global__ void params_update(T* __restrict__ W, const T* __restrict__ G, T* __r
         }
         W[k] = opt_step<T, SOLVER>(w, g, SA, SB, k, lr, mu, b1, b2, eps);
     }
+    return sq;
+}
+
+template <typename T, int SOLVER>
+__global__ void params_update(T* __restrict__ W, const T* __restrict__ G, T* __restrict__ SA, T* __restrict__ SB,
+                              const long long total, const long long n_coef, const T inv_b, const T alpha,
+                              const T lr, const T mu, const T b1, const T b2, const T eps,
+                              double* __restrict__ sumsq)
+{
+    __shared__ double red[256];
+    const double sq = update_share<T, SOLVER>(W, G, SA, SB, total, n_coef, inv_b, alpha, lr, mu, b1, b2, eps);
     block_add(sq, red, sumsq);
+}
+
+// ------------------------------------------------------------------ graph-replayed steps
+#define STEP_TAB 4
+
+// Block r copies row order[step * bs + r] of X, Y (and w) into row r of Xb, Yb (wb).
+template <typename T>
+__global__ void gather_batch(const T* __restrict__ X, const T* __restrict__ Y, const T* __restrict__ w,
+                             const long long* __restrict__ order, const long long* __restrict__ step,
+                             const long long bs, const int rows, const int n_in, const int n_out,
+                             T* __restrict__ Xb, T* __restrict__ Yb, T* __restrict__ wb)
+{
+    const int r = blockIdx.x;
+    if (r >= rows) return;
+    const long long src = order[step[0] * bs + r];
+    const T* x = X + src * n_in;
+    T* xb = Xb + (long long)r * n_in;
+    for (int i = threadIdx.x; i < n_in; i += blockDim.x) xb[i] = x[i];
+    for (int c = threadIdx.x; c < n_out; c += blockDim.x) Yb[(long long)r * n_out + c] = Y[src * n_out + c];
+    if (w != nullptr && threadIdx.x == 0) wb[r] = w[src];
+}
+
+// out_delta_w with the loss scale of this step (tab[step][2]).
+template <typename T, int OUT>
+__global__ void out_delta_w_step(T* __restrict__ Z, const T* __restrict__ b, const T* __restrict__ Y,
+                                 const T* __restrict__ w, const long long rows, const int cols,
+                                 const double* __restrict__ tab, const long long* __restrict__ step,
+                                 double* __restrict__ loss)
+{
+    weighted_out_delta<T, OUT>(Z, b, Y, w, rows, cols, tab[step[0] * STEP_TAB + 2], loss);
+}
+
+// params_update with this step's learning rate, 1/B and squared-weight scale from tab
+// (cast to T here as the per-step launch casts them on the host: both round to nearest).
+template <typename T, int SOLVER>
+__global__ void params_update_step(T* __restrict__ W, const T* __restrict__ G, T* __restrict__ SA,
+                                   T* __restrict__ SB, const long long total, const long long n_coef,
+                                   const double* __restrict__ tab, const long long* __restrict__ step,
+                                   const T alpha, const T mu, const T b1, const T b2, const T eps,
+                                   double* __restrict__ sumsq)
+{
+    __shared__ double red[256];
+    const double* t = tab + step[0] * STEP_TAB;
+    const T lr = (T)t[0], inv_b = (T)t[1];
+    const double sq = update_share<T, SOLVER>(W, G, SA, SB, total, n_coef, inv_b, alpha, lr, mu, b1, b2, eps);
+    block_add(sq * t[3], red, sumsq);
+}
+
+extern "C" __global__ void step_advance(long long* __restrict__ step)
+{
+    step[0] += 1;
 }

@@ -338,12 +338,7 @@ class Trainer:
         acc = self._new_acc()
         n = X.shape[0]
         bs = self.batch_size
-        sums = None
-        if self.sample_weight is not None:  # per-minibatch weight sums, on the host
-            w = self.sample_weight if order is None else self.sample_weight[order]
-            sums = [np.float64(w[start : start + bs].sum()) for start in range(0, n, bs)]
-            if 0 in sums:  # before any update of this epoch
-                check_batch_weights(w, bs, "in this epoch's order")
+        sums = self._weight_sums(order, n)
         X, Y, sw, order = self._epoch_data(X, Y, order)
         for b, start in enumerate(range(0, n, bs)):
             stop = min(start + bs, n)
@@ -354,6 +349,21 @@ class Trainer:
                 self._step(X[rows], Y[rows], opt, acc, sw[rows], sums[b])
         acc = to_host(acc)
         return float(acc[0] + 0.5 * self.alpha * acc[1])
+
+    def _weight_sums(self, order, n):
+        """Each minibatch's weight sum this epoch (NumPy float64, host), or None unweighted.
+
+        Raises ZeroDivisionError (:func:`check_batch_weights`), before any update, when a
+        minibatch's weights sum to 0.
+        """
+        if self.sample_weight is None:
+            return None
+        bs = self.batch_size
+        w = self.sample_weight if order is None else self.sample_weight[order]
+        sums = [np.float64(w[start : start + bs].sum()) for start in range(0, n, bs)]
+        if 0 in sums:
+            check_batch_weights(w, bs, "in this epoch's order")
+        return sums
 
     def _step(self, Xb, Yb, opt, acc, wb=None, wsum=None):
         """Forward, backward and one optimizer update on the minibatch ``Xb, Yb``.

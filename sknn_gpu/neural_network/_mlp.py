@@ -81,7 +81,7 @@ from . import _interop
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
 from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
 from ._mlp_cpu import CPUTrainer
-from ._mlp_cuda import CUDATrainer
+from ._mlp_cuda import CUDATrainer, forward_cuda
 from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
@@ -865,6 +865,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         X = to_device(X, self.device_)
         if X.dtype != dtype:
             X = X.astype(dtype)
+        if self.device_ == "cuda":
+            return forward_cuda(X, coefs, inters, self.activation, self.out_activation_)
         return forward(X, coefs, inters, self.activation, self.out_activation_)
 
     def _labels_from_output(self, P):

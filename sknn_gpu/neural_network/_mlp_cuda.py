@@ -11,7 +11,10 @@
 * sample weights: ``out_delta_w`` (the output delta times each row's weight, the
   weighted loss), the same ``params_update`` with the weight sum as divisor;
 * sparse data: CSR on the device (:class:`~._data.CSRRows`), each minibatch densified
-  there and then trained like dense data.
+  there and then trained like dense data;
+* dense minibatches (not the fused per-sample kernel, not single-row products with
+  ``kernels='custom'``): the whole step captured once per call as CUDA graphs and replayed
+  (:mod:`._mlp_graph`), the same launches with the per-step numbers on the device.
 
 Same update rules and parameter layout as the CPU trainer (``_mlp_cpu``), the reference.
 """
@@ -20,24 +23,48 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._backend import device_limits
+from .._backend import device_limits, get_cupy
 from .._kernels import check_barrier_error, get_function, stop_resident_kernels
 from ..linalg import gemv, ger
 from ._base import Solver, Trainer
 from ._data import CSRRows
+from ._mlp_graph import STEP_TAB, GraphEpoch
 
-__all__ = ["CUDATrainer"]
+__all__ = ["CUDATrainer", "forward_cuda"]
 
 #: ``ACT`` and ``OUT`` template arguments of ``_kernels/mlp.cu``
 ACT_CODES = {"identity": 0, "logistic": 1, "tanh": 2, "relu": 3}
 OUT_CODES = {"softmax": 0, "logistic": 1}
 #: widest output layer of the fused per-sample kernel
 _FUSED_MAX_OUT = 1024
+#: whether dense minibatch epochs replay captured CUDA graphs (tests switch it off to
+#: compare with the per-step launches)
+USE_GRAPHS = True
 
 
 def _elementwise_grid(total):
     """Grid of the grid-stride elementwise kernels (256 threads a block)."""
     return int(min(-(-total // 256), 65535))
+
+
+def forward_cuda(X, coefs, inters, activation, out_activation):
+    """The output layer's activations of dense CuPy ``X``: per layer one cuBLAS product
+    and one fused kernel (``bias_act``, then ``bias_out`` for the output activation)."""
+    cp = get_cupy()
+    ct = "float" if X.dtype == np.float32 else "double"
+    last = len(coefs) - 1
+    A = X
+    for i, (W, b) in enumerate(zip(coefs, inters)):
+        Z = cp.matmul(A, W)
+        rows, cols = Z.shape
+        if i != last:
+            k = get_function("mlp", f"bias_act<{ct},{ACT_CODES[activation]}>")
+            k((_elementwise_grid(Z.size),), (256,), (Z, b, np.int64(rows), np.int64(cols)))
+        else:
+            k = get_function("mlp", f"bias_out<{ct},{OUT_CODES[out_activation]}>")
+            k((-(-rows // 256),), (256,), (Z, b, np.int64(rows), np.int32(cols)))
+        A = Z
+    return A
 
 
 class CUDATrainer(Trainer):
@@ -59,9 +86,13 @@ class CUDATrainer(Trainer):
         # the kernels of this call, from the memoized loader
         ct = "float" if self.dtype == np.float32 else "double"
         a, o, s = ACT_CODES[config.activation], OUT_CODES[config.out_activation], int(opt.solver)
+        self._codes = (ct, o, s)
         if self.fused:
             self._k_sgd1 = get_function("mlp", f"mlp_sgd1<{ct},{a},{o},{s}>")
             return
+        # replayed graphs: dense minibatches, any products but single-row custom ones
+        self._graph_path = USE_GRAPHS and not sparse and not (self.custom and batch_size == 1)
+        self._graph = None
         self._k_out_delta = get_function("mlp", f"out_delta<{ct},{o}>")
         self._k_update = get_function("mlp", f"params_update<{ct},{s}>")
         if sample_weight is not None:
@@ -91,7 +122,34 @@ class CUDATrainer(Trainer):
     def epoch(self, X, Y, order, opt):
         if self.fused:
             return self._epoch_fused(X, Y, order, opt)
+        if self._graph_path:
+            g = self._graph
+            if g is None or g.source != (X.data.ptr, Y.data.ptr, X.shape):
+                g = self._graph = GraphEpoch(self, X, Y, *self._codes)
+            if g.ready():
+                return self._epoch_graph(X.shape[0], order, opt)
+            self._graph_path = False  # no capture on this CuPy/driver: launch per step
         return super().epoch(X, Y, order, opt)
+
+    def _epoch_graph(self, n, order, opt):
+        """One epoch as graph replays: the step table is computed here, on the host, by
+        the same arithmetic as the per-step path (learning rate, then 1/B and the weighted
+        scales), and the loss is read once at the end."""
+        acc = self._new_acc()
+        bs = self.batch_size
+        sums = self._weight_sums(order, n)
+        table = np.empty((-(-n // bs), STEP_TAB), dtype=np.float64)
+        for b, start in enumerate(range(0, n, bs)):
+            rows = min(bs, n - start)
+            lr = self._next_lr(opt)
+            if sums is None:
+                table[b] = (lr, 1.0 / rows, 1.0, 1.0)
+            else:
+                scale = rows / sums[b]
+                table[b] = (lr, 1.0 / sums[b], scale, scale)
+        self._graph.run(order, table)
+        acc = acc.get()
+        return float(acc[0] + 0.5 * self.alpha * acc[1])
 
     def _new_acc(self):
         self._acc.fill(0)

@@ -1,0 +1,200 @@
+"""GPUMLPClassifier's minibatch epochs as replayed CUDA graphs (``_mlp_graph``) against the
+CPU trainer, the reference: every solver, learning-rate schedule and activation, one to
+three hidden layers, a partial last batch, no shuffling, early stopping, warm starts,
+partial_fit and sample weights. All cuda-marked (skipped without a GPU)."""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_digits
+from sklearn.exceptions import ConvergenceWarning
+
+from sknn_gpu import GPUMLPClassifier
+
+pytestmark = pytest.mark.cuda
+
+
+@pytest.fixture(scope="module")
+def data():
+    X, y = load_digits(return_X_y=True)
+    return X[:430] / 16.0, y[:430]  # 430 rows: a partial last batch at every batch size below
+
+
+@pytest.fixture
+def graph_runs(monkeypatch):
+    """Count the epochs run as graph replays (the test fails if the graph path was not taken)."""
+    from sknn_gpu.neural_network import _mlp_graph
+
+    calls = []
+    real = _mlp_graph.GraphEpoch.run
+
+    def counted(self, order, table):
+        calls.append(len(table))
+        return real(self, order, table)
+
+    monkeypatch.setattr(_mlp_graph.GraphEpoch, "run", counted)
+    return calls
+
+
+def _fit(device, params, X, y, **fit_kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        return GPUMLPClassifier(device=device, **params).fit(X, y, **fit_kw)
+
+
+def _same(cpu, gpu, rtol):
+    assert gpu.device_ == "cuda"
+    assert gpu.n_iter_ == cpu.n_iter_
+    np.testing.assert_allclose(gpu.loss_curve_, cpu.loss_curve_, rtol=rtol)
+    for a, b in zip(gpu.coefs_ + gpu.intercepts_, cpu.coefs_ + cpu.intercepts_):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=rtol * np.abs(b).max())
+
+
+SOLVERS = [
+    dict(solver="adam"),
+    dict(solver="sgd", momentum=0.0, learning_rate_init=0.1),
+    dict(solver="sgd", nesterovs_momentum=False, learning_rate_init=0.05),
+    dict(solver="sgd", learning_rate_init=0.05),  # Nesterov
+    dict(solver="sgd", learning_rate="invscaling", learning_rate_init=0.2),
+    dict(solver="sgd", learning_rate="adaptive", learning_rate_init=0.05, n_iter_no_change=1, tol=10.0),
+]
+
+
+def _id(kw):
+    return "-".join(f"{k}={v}" for k, v in kw.items())
+
+
+@pytest.mark.parametrize("kw", SOLVERS, ids=_id)
+@pytest.mark.parametrize("hidden", [(24,), (20, 12), (16, 12, 8)], ids=str)
+def test_graph_epochs_match_the_cpu_float64(data, graph_runs, kw, hidden):
+    X, y = data
+    params = dict(hidden_layer_sizes=hidden, batch_size=64, max_iter=3, random_state=1, alpha=1e-3, **kw)
+    cpu, gpu = _fit("cpu", params, X, y), _fit("cuda", params, X, y)
+    _same(cpu, gpu, rtol=1e-7)
+    assert graph_runs == [7] * gpu.n_iter_  # 430 rows in 64-row steps: 6 full, one of 46
+
+
+@pytest.mark.parametrize("activation", ["identity", "logistic", "tanh", "relu"])
+def test_every_activation(data, graph_runs, activation):
+    X, y = data
+    params = dict(hidden_layer_sizes=(30, 10), activation=activation, batch_size=50, max_iter=2)
+    params["random_state"] = 0
+    _same(_fit("cpu", params, X, y), _fit("cuda", params, X, y), rtol=1e-7)
+    assert len(graph_runs) == 2
+
+
+@pytest.mark.parametrize("batch_size", [2, 40, 43, 430, 1000], ids=lambda b: f"batch={b}")
+def test_batch_sizes_full_partial_and_one_batch(data, graph_runs, batch_size):
+    """Many steps per graph and a remainder (2), a partial last batch (40), an exact split
+    (43), the whole set as one batch (430) and a batch larger than the set (clipped)."""
+    X, y = data
+    params = dict(hidden_layer_sizes=(16,), batch_size=batch_size, max_iter=2, random_state=0)
+    _same(_fit("cpu", params, X, y), _fit("cuda", params, X, y), rtol=1e-7)
+    assert graph_runs
+
+
+def test_no_shuffle_and_multilabel(graph_runs):
+    from sklearn.datasets import make_multilabel_classification
+
+    X, Y = make_multilabel_classification(n_samples=150, n_features=20, n_classes=4, random_state=0)
+    params = dict(hidden_layer_sizes=(12,), batch_size=32, max_iter=3, shuffle=False, random_state=0)
+    _same(_fit("cpu", params, X, Y), _fit("cuda", params, X, Y), rtol=1e-7)
+    assert graph_runs
+
+
+@pytest.mark.parametrize("solver", ["adam", "sgd"])
+def test_early_stopping_restores_the_same_epoch(data, graph_runs, solver):
+    X, y = data
+    params = dict(
+        hidden_layer_sizes=(20,),
+        solver=solver,
+        batch_size=32,
+        max_iter=6,
+        early_stopping=True,
+        n_iter_no_change=2,
+        random_state=0,
+    )
+    cpu, gpu = _fit("cpu", params, X, y), _fit("cuda", params, X, y)
+    _same(cpu, gpu, rtol=1e-7)
+    np.testing.assert_array_equal(gpu.validation_scores_, cpu.validation_scores_)
+    assert len(graph_runs) == gpu.n_iter_
+
+
+def test_warm_start_and_partial_fit_continue_the_optimizer(data, graph_runs):
+    X, y = data
+    params = dict(hidden_layer_sizes=(20,), batch_size=48, max_iter=2, random_state=0, warm_start=True)
+    models = {}
+    for device in ("cpu", "cuda"):
+        clf = _fit(device, params, X, y)
+        clf.fit(X, y)  # continues: Adam's step count and moments carry over
+        clf.partial_fit(X[:100], y[:100])
+        models[device] = clf
+    _same(models["cpu"], models["cuda"], rtol=1e-7)
+    assert len(graph_runs) == 5
+
+
+@pytest.mark.parametrize("kw", [dict(solver="adam"), dict(solver="sgd", learning_rate_init=0.05)], ids=_id)
+def test_sample_weight(data, graph_runs, kw, rng):
+    X, y = data
+    sw = rng.random(len(y)) * 2
+    sw[::5] = 0
+    params = dict(hidden_layer_sizes=(20, 10), batch_size=40, max_iter=2, random_state=0, **kw)
+    cpu = _fit("cpu", params, X, y, sample_weight=sw)
+    gpu = _fit("cuda", params, X, y, sample_weight=sw)
+    _same(cpu, gpu, rtol=1e-7)
+    assert graph_runs
+
+
+def test_float32(data, graph_runs):
+    X, y = data
+    params = dict(hidden_layer_sizes=(32, 16), batch_size=50, max_iter=2, random_state=0)
+    X32 = X.astype(np.float32)
+    _same(_fit("cpu", params, X32, y), _fit("cuda", params, X32, y), rtol=1e-4)
+    assert graph_runs
+
+
+def test_graph_and_launched_steps_agree(data, monkeypatch):
+    """The graph makes the same updates as the per-step launches it replaces."""
+    from sknn_gpu.neural_network import _mlp_cuda
+
+    X, y = data
+    params = dict(hidden_layer_sizes=(24, 12), batch_size=40, max_iter=3, random_state=0)
+    graph = _fit("cuda", params, X, y)
+    monkeypatch.setattr(_mlp_cuda, "USE_GRAPHS", False)
+    launched = _fit("cuda", params, X, y)
+    _same(launched, graph, rtol=1e-10)
+
+
+def test_cupy_input_in_any_layout(data, graph_runs):
+    """Fortran-ordered CuPy rows are made contiguous once; the result is the NumPy input's."""
+    import cupy
+
+    X, y = data
+    params = dict(hidden_layer_sizes=(16,), batch_size=64, max_iter=2, random_state=0)
+    a = _fit("cuda", params, cupy.asfortranarray(cupy.asarray(X)), cupy.asarray(y))
+    b = _fit("cuda", params, X, y)
+    for u, v in zip(a.coefs_, b.coefs_):
+        np.testing.assert_allclose(u, v, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.parametrize("activation", ["identity", "logistic", "tanh", "relu"])
+@pytest.mark.parametrize("target", ["multiclass", "binary", "multilabel"])
+def test_fused_prediction_matches_the_numpy_forward(data, activation, target):
+    """predict_proba on the GPU (cuBLAS products + bias_act / bias_out kernels) against the
+    NumPy forward pass on the same weights (softmax and logistic outputs)."""
+    from sklearn.datasets import make_multilabel_classification
+
+    from sknn_gpu.neural_network._base import forward
+
+    X, y = data
+    if target == "binary":
+        y = (y > 4).astype(int)
+    elif target == "multilabel":
+        X, y = make_multilabel_classification(n_samples=200, n_features=30, n_classes=4, random_state=1)
+    params = dict(hidden_layer_sizes=(20, 12), activation=activation, max_iter=3, random_state=0)
+    gpu = _fit("cuda", params, X, y)
+    expected = forward(X.copy(), gpu.coefs_, gpu.intercepts_, activation, gpu.out_activation_)
+    if target == "binary":
+        expected = np.hstack([1 - expected, expected])
+    np.testing.assert_allclose(gpu.predict_proba(X), expected, rtol=1e-12, atol=1e-15)
