@@ -89,6 +89,11 @@ def _args(argv):
     d.add_argument("--batch-size", type=int, default=200)
     d.add_argument("--samples", type=int, default=None, help="training rows (60,000; 6,000 with --quick)")
     d.add_argument("--repeat", type=int, default=5, help="timed fits per row (median)")
+    d.add_argument(
+        "--per-sample",
+        action="store_true",
+        help="also per-sample SGD (batch_size=1, the fused kernel) against PyTorch's per-sample step",
+    )
     return p.parse_args(argv)
 
 
@@ -761,6 +766,35 @@ def torch_default_epochs(torch, X, y, units, solver, batch, repeat):
     return out
 
 
+def _per_sample_rows(gpu, torch, X, y, hidden, n):
+    """Per-sample SGD epochs (plain SGD, lr 0.01, L2 1e-4): ours (the fused kernel) against
+    PyTorch's per-sample step, eager and as a CUDA graph (timed on 5,000 steps, scaled)."""
+    from sknn_gpu import GPUMLPClassifier
+
+    print(f"### Per-sample SGD (batch_size=1): one epoch of {n:,} samples\n")
+    print("| hidden | ours (fused kernel) | PyTorch, CUDA graph | PyTorch, eager | ours vs graph |")
+    print("|---|---|---|---|---|")
+    common = dict(solver="sgd", momentum=0.0, learning_rate_init=0.01, alpha=1e-4, max_iter=1, random_state=0)
+    for h in hidden:
+        ours = None
+        if gpu:
+            import cupy
+
+            dX, dy = cupy.asarray(X), cupy.asarray(y)
+            clf = GPUMLPClassifier(h, batch_size=1, device="cuda", **common)
+            clf.fit(dX[:400], dy[:400])
+            ours = time_call(lambda: clf.fit(dX, dy), repeat=3, warmup=0, device="cuda")  # noqa: B023
+        cells = ["—", "—", "—"]
+        if torch is not None:
+            runs = torch_mlp_epochs(torch, X, y, h[0], 1, 5000)
+            (ge, steps), (gg, _) = runs["eager"], runs["graph"]
+            scale = n / steps
+            cells = [f"{fmt_time(gg * scale)} (×{scale:.0f} of {steps:,} steps)", fmt_time(ge * scale)]
+            cells.append(f"{gg * scale / ours:.1f}×" if ours else "—")
+        print(f"| {h} | {fmt_time(ours) if ours else 'no GPU'} | " + " | ".join(cells) + " |")
+    print()
+
+
 def bench_defaults(gpu, args):
     """GPUMLPClassifier at scikit-learn's defaults against the same training step in PyTorch."""
     from sknn_gpu import GPUMLPClassifier
@@ -829,6 +863,8 @@ def bench_defaults(gpu, args):
     print("| hidden | ours | PyTorch, CUDA graph | PyTorch, eager | ours vs graph | ours vs eager |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows) + "\n")
+    if args.per_sample:
+        _per_sample_rows(gpu, torch, X, y, [h for h in hidden if len(h) == 1], n)
     if pred_rows:
         print("### predict_proba of 10,000 rows: ours against PyTorch inference on the same weights\n")
         print(

@@ -383,7 +383,9 @@ class DeviceMixin:
             return X
         return None
 
-    def _check_device_X(self, X, *, reset, accept_sparse=False, cast_float=True, contiguous=False):
+    def _check_device_X(
+        self, X, *, reset, accept_sparse=False, cast_float=True, contiguous=False, finite=True
+    ):
         """Validate a 2-D CuPy ``X`` on the device (``validate_data`` would copy it to the host).
 
         The checks ``validate_data`` makes for NumPy input: 2-D, numeric, at least one
@@ -391,7 +393,9 @@ class DeviceMixin:
         otherwise. Input that is not float32/float64 becomes float64 when ``cast_float``; ``contiguous``
         returns a C-ordered array; ``accept_sparse`` lets cupyx sparse matrices through
         (their stored values are checked). Written against the input's array module, so
-        the same code is exercised on NumPy arrays by the CPU tests.
+        the same code is exercised on NumPy arrays by the CPU tests. ``finite=False`` leaves
+        the NaN/infinity check to the caller (who runs it after queueing its own work, so
+        that its one synchronisation waits for both).
         """
         sparse = is_cupy_sparse(X)
         if sparse and not accept_sparse:
@@ -411,7 +415,7 @@ class DeviceMixin:
             if contiguous:
                 X = xp.ascontiguousarray(X)
         data = X.data if sparse else X
-        if data.dtype.kind == "f" and data.size and not all_finite(data):
+        if finite and data.dtype.kind == "f" and data.size and not all_finite(data):
             raise ValueError("Input X contains NaN or infinity.")
         if reset:
             self.n_features_in_ = int(X.shape[1])

@@ -198,3 +198,16 @@ def test_fused_prediction_matches_the_numpy_forward(data, activation, target):
     if target == "binary":
         expected = np.hstack([1 - expected, expected])
     np.testing.assert_allclose(gpu.predict_proba(X), expected, rtol=1e-12, atol=1e-15)
+
+
+def test_nan_in_cupy_input_is_refused_after_the_forward_pass(data):
+    """The NaN check of dense CuPy input runs after the forward pass is queued; it still refuses."""
+    import cupy
+
+    X, y = data
+    clf = _fit("cuda", dict(hidden_layer_sizes=(8,), max_iter=1, random_state=0), X, y)
+    bad = cupy.asarray(X[:20].copy())
+    bad[3, 5] = cupy.inf
+    for method in (clf.predict, clf.predict_proba, clf.predict_log_proba):
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            method(bad)

@@ -33,7 +33,7 @@ from ..base import reject_time_dtypes
 __all__ = ["CSRRows", "check_X", "host_rows", "is_sparse", "take_rows", "validation_split"]
 
 
-def check_X(est, X, reset, y="no_validation"):
+def check_X(est, X, reset, y="no_validation", finite=True):
     """Validate X (and y) for the estimator ``est``; CuPy X is checked on the device and kept there.
 
     Sparse X (SciPy or cupyx; CSR, CSC or anything SciPy converts) is accepted as in
@@ -50,6 +50,9 @@ def check_X(est, X, reset, y="no_validation"):
         Whether this is a first fit.
     y : array-like or None, default="no_validation"
         Targets to validate with ``X`` (the default validates ``X`` alone).
+    finite : bool, default=True
+        Whether to check dense CuPy ``X`` for NaN and infinity here (False: the caller
+        checks it later, see ``DeviceMixin._check_device_X``); other input is always checked.
 
     Returns
     -------
@@ -63,7 +66,9 @@ def check_X(est, X, reset, y="no_validation"):
             "X.compute() to fit or partial_fit."
         )
     if is_device_array(X):
-        X = est._check_device_X(X, reset=reset, accept_sparse=True, contiguous=True)
+        X = est._check_device_X(
+            X, reset=reset, accept_sparse=True, contiguous=True, finite=finite or is_cupy_sparse(X)
+        )
         if is_cupy_sparse(X) and X.dtype.kind != "f":
             X = X.astype(np.float64)
         if isinstance(y, str) and y == "no_validation":

@@ -61,6 +61,7 @@ from sklearn.utils.multiclass import type_of_target, unique_labels
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .._backend import (
+    all_finite,
     array_module,
     is_device_array,
     to_device,
@@ -839,7 +840,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     def _forward(self, X):
         """Output-layer activations of ``X`` on ``device_`` (NumPy or CuPy)."""
         check_is_fitted(self)
-        X = check_X(self, X, reset=False)
+        dense_cupy = is_device_array(X) and not is_sparse(X)
+        X = check_X(self, X, reset=False, finite=not dense_cupy)  # dense CuPy: checked below
         dtype = self.coefs_[0].dtype
         units = [self.n_features_in_] + [c.shape[1] for c in self.coefs_]
         sparse = is_sparse(X)
@@ -866,8 +868,13 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if X.dtype != dtype:
             X = X.astype(dtype)
         if self.device_ == "cuda":
-            return forward_cuda(X, coefs, inters, self.activation, self.out_activation_)
-        return forward(X, coefs, inters, self.activation, self.out_activation_)
+            P = forward_cuda(X, coefs, inters, self.activation, self.out_activation_)
+        else:
+            P = forward(X, coefs, inters, self.activation, self.out_activation_)
+        # the NaN check of CuPy input after the forward pass is queued: one wait for both
+        if dense_cupy and X.dtype.kind == "f" and not all_finite(X):
+            raise ValueError("Input X contains NaN or infinity.")
+        return P
 
     def _labels_from_output(self, P):
         if self.n_outputs_ == 1:
