@@ -1,11 +1,12 @@
-"""Where ``GPUMLPClassifier.predict_proba`` of 10,000 CuPy rows spends its time on one GPU:
-the whole call, the input check alone, the forward pass alone (medians of 50, wall clock
-with synchronisation), then the host-side profile of the whole call (cProfile, top 15 by
-own time). A profile, not a benchmark against a peer.
+"""Where ``GPUMLPClassifier`` spends its time on one GPU at its defaults: ``fit`` of one
+epoch of 60,000 x 784 CuPy rows (the whole call, then the host-side profile of one call:
+cProfile, top 20 by cumulative time) and ``predict_proba`` of 10,000 rows (the whole call,
+the input check alone, the forward pass alone: medians of 50, wall clock with
+synchronisation; then its host-side profile). A profile, not a benchmark against a peer.
 
 Run from the repository root::
 
-    python benchmarks/tools/profile_mlp_predict.py [--hidden 100]
+    python benchmarks/tools/profile_mlp.py [--hidden 100]
 """
 
 import argparse
@@ -34,9 +35,10 @@ def main(argv=None):
     warnings.simplefilter("ignore")
     hidden = tuple(int(u) for u in args.hidden.split(","))
     rng = np.random.default_rng(0)
-    X = cp.asarray(rng.random((10_000, 784), dtype=np.float32))
-    y = cp.asarray(rng.integers(0, 10, 10_000))
-    clf = GPUMLPClassifier(hidden, max_iter=1, random_state=0, device="cuda").fit(X, y)
+    Xt = cp.asarray(rng.random((60_000, 784), dtype=np.float32))
+    yt = cp.asarray(rng.integers(0, 10, 60_000))
+    clf = GPUMLPClassifier(hidden, max_iter=1, random_state=0, device="cuda").fit(Xt, yt)
+    X = Xt[:10_000]
     coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
 
     def ms(f, n=50):
@@ -51,7 +53,15 @@ def main(argv=None):
             times.append(time.perf_counter() - start)
         return np.median(times) * 1e6
 
-    print(f"hidden {hidden}, 10,000 x 784 float32 rows on the GPU")
+    print(f"hidden {hidden}: fit, one epoch of 60,000 x 784 float32 rows on the GPU")
+    print(f"  fit                      {ms(lambda: clf.fit(Xt, yt), 5) / 1e3:8.2f} ms")
+    prof = cProfile.Profile()
+    prof.enable()
+    clf.fit(Xt, yt)
+    cp.cuda.Device().synchronize()
+    prof.disable()
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(20)
+    print(f"hidden {hidden}: predict_proba of 10,000 x 784 float32 rows on the GPU")
     print(f"  predict_proba            {ms(lambda: clf.predict_proba(X)):8.1f} us")
     print(f"  input check (check_X)    {ms(lambda: check_X(clf, X, reset=False)):8.1f} us")
     fwd = lambda: forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_)  # noqa: E731
