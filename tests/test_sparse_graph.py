@@ -392,6 +392,19 @@ def _dense_reference(g, X, G_out, w, b):
     return V[p["out_slots"]].T, V, gW[n_in + p["row_of_edge"], p["indices"]], D[n_in:].sum(axis=1)
 
 
+def _bias_only_nodes(rng):
+    """A hidden layer where 16 of 30 nodes have no incoming edge (their bias alone feeds the
+    output): they form a level of their own whose sums are zero."""
+    n_in, hidden = 8, range(9, 39)
+    edges = [(i, h, rng.normal()) for k, h in enumerate(hidden) if not 8 <= k < 24 for i in range(n_in)]
+    edges += [(h, n_in, rng.normal()) for h in hidden]
+    g = SparseGraph.from_edges(
+        edges, n_inputs=n_in, n_outputs=1, output_ids=[n_in], n_nodes=39, activations="tanh"
+    )
+    biases = rng.normal(size=g.n_nodes)
+    return SparseGraph(g.src, g.dst, g.weights, biases, g.responses, g.activations, g.input_ids, g.output_ids)
+
+
 BLOCK_GRAPHS = {
     "dense layers (whole blocks, no copy)": lambda rng: _layered([6, 20, 20, 2], 1.0, rng),
     "30% layers": lambda rng: _layered([30, 20, 20, 3], 0.3, rng),
@@ -407,6 +420,7 @@ BLOCK_GRAPHS = {
         n_nodes=5,
         activations="tanh",
     ),
+    "nodes fed by no edge": _bias_only_nodes,
 }
 
 
@@ -434,12 +448,15 @@ def test_training_blocks_match_the_definition(kind, method, small_blocks, monkey
     np.testing.assert_allclose(gw, ref_gw, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(gb, ref_gb, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(_graph_cpu.forward(g, X, w=w, b=b), out, rtol=1e-12, atol=1e-13)
-    blocks = [blk for level in _graph_cpu._layout(g) for blk in level[2]]
+    levels = _graph_cpu._layout(g)
+    blocks = [blk for level in levels for blk in level[2]]
     dense = [(B <= blk.dense_up_to, B <= blk.gradient_dense_up_to) for blk in blocks]
     if method == "dense":
         assert all(fwd and grad for fwd, grad in dense)
         if small_blocks and kind != "bias neuron":  # (its levels are under 64 entries)
-            assert len(blocks) > g.n_levels  # some level is cut into several row blocks
+            assert max(len(level[2]) for level in levels) > 1  # a level is cut into row blocks
+    if kind == "nodes fed by no edge":
+        assert [len(level[2]) for level in levels][0] == 0  # the level of bias-only nodes
     elif method == "sparse":
         assert all(blk.full or not (fwd or grad) for blk, (fwd, grad) in zip(blocks, dense))
     if kind.startswith("dense layers"):

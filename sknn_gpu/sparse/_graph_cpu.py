@@ -27,7 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import SMALL_WORK_BYTES, check_memory
-from ._activations import activation, activation_derivative, apply_activation, derivative
+from ._activations import ACTIVATIONS, activation, activation_derivative, apply_activation, derivative
 
 __all__ = ["forward", "backward"]
 
@@ -155,6 +155,8 @@ class _Block:
         "t_indptr",
         "rows",
         "cols",
+        "_csr",
+        "_csr_t",
     )
 
     def __init__(self, plan, a, b):
@@ -190,6 +192,7 @@ class _Block:
         self.rows = self.cols = None
         if self.gradient_dense_up_to < np.inf:
             self.rows, self.cols = rows, cols
+        self._csr = self._csr_t = None  # made on first use
 
     def matrix(self, w):
         """The block's weights as a dense ``(rows, slots)`` matrix (a view when ``full``)."""
@@ -200,26 +203,43 @@ class _Block:
         W[self.pos] = w[self.ea : self.eb]
         return W.reshape(shape)
 
+    # The two CSR matrices are built once (SciPy checks a new matrix's structure, which costs
+    # more than a small product) and given each call's weights; ``product`` takes them back
+    # after the product, so a block holds no weights between calls.
     def csr(self, w):
-        return sp.csr_matrix(
-            (w[self.ea : self.eb], self.indices, self.indptr), shape=(self.b - self.a, self.c1 - self.c0)
-        )
+        if self._csr is None:
+            shape = (self.b - self.a, self.c1 - self.c0)
+            self._csr = sp.csr_matrix((np.zeros(self.eb - self.ea), self.indices, self.indptr), shape)
+        self._csr.data = w[self.ea : self.eb]
+        return self._csr
 
     def csr_t(self, w):
         """The transposed CSR over the computed columns: ``(slots - cut, rows)``."""
-        span = self.c1 - self.c0
-        return sp.csr_matrix(
-            (w[self.ea : self.eb][self.t_perm], self.t_indices, self.t_indptr),
-            shape=(span - self.cut, self.b - self.a),
-        )
+        if self._csr_t is None:
+            shape = (self.c1 - self.c0 - self.cut, self.b - self.a)
+            self._csr_t = sp.csr_matrix((np.zeros(self.t_perm.size), self.t_indices, self.t_indptr), shape)
+        self._csr_t.data = w[self.ea : self.eb][self.t_perm]
+        return self._csr_t
+
+    @staticmethod
+    def product(A, M):
+        """``A @ M`` for a matrix of :meth:`csr` or :meth:`csr_t`, whose weights are then let go."""
+        out = A @ M
+        A.data = _NO_WEIGHTS
+        return out
+
+
+#: what a block's CSR matrices hold between calls
+_NO_WEIGHTS = np.zeros(0)
 
 
 def _layout(graph):
     """Training blocks per level, built once per plan and kept with the graph (not pickled).
 
-    Returns a list of ``(r0, r1, blocks, code, unit_response)`` per level: its plan rows, its
-    :class:`_Block` list (empty for a level without edges), its one activation code (None when
-    the level mixes codes) and whether every response of the level is 1.
+    Returns a list of ``(r0, r1, blocks, code, unit_response, covered)`` per level: its plan
+    rows, its :class:`_Block` list (empty for a level without edges), its one activation code
+    (None when the level mixes codes), whether every response of the level is 1 and whether
+    the blocks' products write every row of the level (else its sums start from zero).
     """
     plan = graph.plan
     cached = graph.__dict__.get("_cpu_layout")
@@ -231,7 +251,7 @@ def _layout(graph):
     for level in range(lp.shape[0] - 1):
         r0, r1 = int(lp[level]), int(lp[level + 1])
         e0, e1 = int(indptr[r0]), int(indptr[r1])
-        blocks = []
+        blocks, covered = [], True
         if e1 > e0:
             cols = indices[e0:e1]
             span = int(cols.max()) - int(cols.min()) + 1
@@ -240,34 +260,53 @@ def _layout(graph):
             if 8 * rect > BLOCK_BYTES and _dense_up_to(rect, e1 - e0, GATHER_NS, GATHER_CALL_NS) >= 1:
                 step = max(1, BLOCK_BYTES // (8 * span))  # dense for some batch: cut by rows
             blocks = [_Block(plan, a, min(a + step, r1)) for a in range(r0, r1, step)]
+            covered = all(blk.eb > blk.ea for blk in blocks)  # a cut without edges has no product
             blocks = [blk for blk in blocks if blk.eb > blk.ea]
         codes = act[r0:r1]
         code = int(codes[0]) if codes.size and bool(np.all(codes == codes[0])) else None
-        levels.append((r0, r1, blocks, code, bool(np.all(resp[r0:r1] == 1.0))))
-    graph._cpu_layout = (plan, levels)
+        levels.append((r0, r1, blocks, code, bool(np.all(resp[r0:r1] == 1.0)), covered and bool(blocks)))
+    # the output nodes' rows of the gradient: set, not added, when each is a distinct computed node
+    rows = plan["out_slots"].astype(np.intp) - plan["n_in"]
+    distinct = rows.size == np.unique(rows).size and (rows.size == 0 or int(rows.min()) >= 0)
+    graph._cpu_layout = (plan, levels, rows if distinct else None)
     return levels
 
 
+def _activate_in_place(code, z, codes, slope):
+    """The activation of a level's sums ``z`` (rows of ``V``), written over them.
+
+    Identity and ReLU (the hidden layers of a trained MLP) take no temporary; ReLU as
+    ``max(z, 0)``, the same values as the evaluation's ``where(z > 0, z, 0)`` (a NaN sum, which
+    only a diverged fit makes, stays NaN, and the fit stops on its loss)."""
+    if code == ACTIVATIONS["identity"]:
+        return
+    if code == ACTIVATIONS["relu"]:
+        np.maximum(z, 0.0, out=z)
+    elif code is None:
+        z[...] = apply_activation(codes, z, slope)
+    else:
+        z[...] = activation(code, z, slope)
+
+
 def _forward_blocks(graph, V, w, b):
-    """Fill the computed rows of ``V`` (inputs already in place) level by level."""
+    """Fill the computed rows of ``V`` (inputs already in place) level by level; each level's
+    sums are made in its rows of ``V`` (a level reads only earlier slots) and activated there."""
     plan = graph.plan
     n_in, resp, act = plan["n_in"], plan["resp"], plan["act"]
-    B = V.shape[1]
-    for r0, r1, blocks, code, unit in _layout(graph):
-        z = np.empty((r1 - r0, B)) if blocks else np.zeros((r1 - r0, B))
+    for r0, r1, blocks, code, unit, covered in _layout(graph):
+        z = V[n_in + r0 : n_in + r1]
+        if not covered:
+            z.fill(0.0)
         for blk in blocks:
             Vs, out = V[blk.c0 : blk.c1], z[blk.a - r0 : blk.b - r0]
-            if B <= blk.dense_up_to:
+            if z.shape[1] <= blk.dense_up_to:
                 np.matmul(blk.matrix(w), Vs, out=out)
             else:
-                out[...] = blk.csr(w) @ Vs
+                out[...] = blk.product(blk.csr(w), Vs)
         if not unit:
             z *= resp[r0:r1, None]
         z += b[r0:r1, None]
-        if code is None:
-            V[n_in + r0 : n_in + r1] = apply_activation(act[r0:r1], z, graph.slope)
-        else:
-            V[n_in + r0 : n_in + r1] = activation(code, z, graph.slope)
+        _activate_in_place(code, z, act[r0:r1], graph.slope)
 
 
 def backward(graph, V, G_out, w, executor="auto"):
@@ -301,18 +340,27 @@ def backward(graph, V, G_out, w, executor="auto"):
     n_in = plan["n_in"]
     n_comp = plan["nodes"].size
     B = V.shape[1]
+    levels = _layout(graph)
+    out_rows = graph._cpu_layout[2]
     G = np.zeros((n_comp, B))  # dL/d(node value), complete for a level once later levels ran
-    np.add.at(G, plan["out_slots"] - n_in, G_out)
+    if out_rows is not None:
+        G[out_rows] = G_out
+    else:
+        np.add.at(G, plan["out_slots"] - n_in, G_out)
     gw = np.empty(plan["indices"].shape[0])
     gb = np.empty(n_comp)
     resp, act = plan["resp"], plan["act"]
     step = max(1, GATHER_BYTES // (16 * max(B, 1)))
-    for r0, r1, blocks, code, unit in reversed(_layout(graph)):
+    for r0, r1, blocks, code, unit, _ in reversed(levels):
         f = V[n_in + r0 : n_in + r1]
-        if code is None:
-            D = G[r0:r1] * activation_derivative(act[r0:r1], f, graph.slope)
-        else:
-            D = G[r0:r1] * derivative(code, f, graph.slope)
+        # the level's rows of G are complete and read no more: D (dL/d(sum)) is made over them
+        D = G[r0:r1]
+        if code == ACTIVATIONS["relu"]:
+            D *= f > 0.0  # the derivative (f > 0) as 0/1, without a float copy
+        elif code is None:
+            D *= activation_derivative(act[r0:r1], f, graph.slope)
+        elif code != ACTIVATIONS["identity"]:  # the identity's derivative is 1
+            D *= derivative(code, f, graph.slope)
         gb[r0:r1] = D.sum(axis=1)
         if not unit:
             D *= resp[r0:r1, None]  # dL/d(weighted sum)
@@ -333,5 +381,5 @@ def backward(graph, V, G_out, w, executor="auto"):
                 if B <= blk.dense_up_to:
                     target += blk.matrix(w)[:, blk.cut :].T @ Db
                 else:
-                    target += blk.csr_t(w) @ Db
+                    target += blk.product(blk.csr_t(w), Db)
     return gw, gb

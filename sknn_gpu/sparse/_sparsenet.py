@@ -861,12 +861,11 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                 loss = 0.5 * float(sq.sum()) / (B * n_out)
                 for i in model.weight_index:
                     p = model.params[i]
-                    grads[i] = grads[i] + (self.alpha / B) * p
+                    grads[i] += (self.alpha / B) * p  # the gradient is this step's own array
                     loss += 0.5 * self.alpha * float((p * p).sum()) / B
                 opt.step(model.params, grads)
                 if isinstance(model, DenseMasked):  # the step's new weights, masked in place
-                    for k, m in enumerate(model.masks):
-                        model.params[2 * k] *= m
+                    model.apply_masks()
                 total += loss * B
             epoch_loss = total / total_weight
             if not np.isfinite(epoch_loss):

@@ -53,6 +53,8 @@ class DenseMasked:
             params.append(xp.asarray(rng.uniform(-bound, bound, fan_out)))
             masks.append(xp.ones((fan_in, fan_out)))
         self.params, self.masks = params, masks
+        # whole[k]: every weight of layer k is live (its mask all ones, which no product needs)
+        self.whole = [True] * len(masks)
         self.weight_index = list(range(0, len(params), 2))
 
     def forward(self, X, keep=False):
@@ -68,11 +70,18 @@ class DenseMasked:
         n_layers = len(self.masks)
         for k in range(n_layers - 1, -1, -1):
             grads[2 * k] = acts[k].T @ G
-            grads[2 * k] *= self.masks[k]  # in place: a new product, masked without a copy
+            if not self.whole[k]:
+                grads[2 * k] *= self.masks[k]  # in place: a new product, masked without a copy
             grads[2 * k + 1] = G.sum(axis=0)
             if k:
                 G = (G @ self.params[2 * k].T) * derivative(self.code, acts[k], self.slope, self.xp)
         return grads
+
+    def apply_masks(self):
+        """Zero the dead weights again after an optimiser step (in place)."""
+        for k, m in enumerate(self.masks):
+            if not self.whole[k]:
+                self.params[2 * k] *= m
 
     def n_alive(self):
         return int(sum(float(m.sum()) for m in self.masks))
@@ -94,6 +103,7 @@ class DenseMasked:
             size = m.size
             new = keep[pos : pos + size].reshape(m.shape).astype(np.float64)
             self.masks[k] = xp.asarray(new)
+            self.whole[k] = bool(keep[pos : pos + size].all())
             self.params[2 * k] = self.params[2 * k] * self.masks[k]
             pos += size
 
