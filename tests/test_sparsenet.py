@@ -81,25 +81,28 @@ def test_prune_keeps_exactly_the_requested_fraction(rng):
         assert reg.n_edges_ == reg.graph_.n_edges == round(density * n_dense)
 
 
-def test_dense_phase_keeps_pruned_weights_dead(rng):
+def test_dense_phase_keeps_pruned_weights_dead(device, rng):
     """The masked dense model multiplies by a layer's mask only once it has dead weights, and
     after a pruning round their gradients and their values after a step stay zero."""
+    from sknn_gpu._backend import get_xp
     from sknn_gpu.sparse._activations import ACTIVATIONS
     from sknn_gpu.sparse._sparsenet_train import Adam, DenseMasked
 
-    model = DenseMasked([6, 9, 1], ACTIVATIONS["relu"], 4.97, rng, np)
+    xp = get_xp(device)
+    model = DenseMasked([6, 9, 1], ACTIVATIONS["relu"], 4.97, rng, xp)
     assert model.whole == [True, True]
     model.prune_to(model.n_alive() - 20)  # the 20 smallest of 63 weights die
     dead = [to_host(m) == 0 for m in model.masks]
     assert model.whole == [not d.any() for d in dead] and not all(model.whole)
-    X, Y = rng.normal(size=(16, 6)), rng.normal(size=(16, 1))
+    X, Y = xp.asarray(rng.normal(size=(16, 6))), xp.asarray(rng.normal(size=(16, 1)))
     out, acts = model.forward(X, keep=True)
     grads = model.backward(acts, out - Y)
-    assert all(np.all(grads[2 * k][d] == 0) for k, d in enumerate(dead))
+    assert all(np.all(to_host(grads[2 * k])[d] == 0) for k, d in enumerate(dead))
     Adam(model.params, 0.1).step(model.params, grads)
     model.apply_masks()
     for k, d in enumerate(dead):
-        assert np.all(model.params[2 * k][d] == 0) and np.all(model.params[2 * k][~d] != 0)
+        weights = to_host(model.params[2 * k])
+        assert np.all(weights[d] == 0) and np.all(weights[~d] != 0)
 
 
 def test_prune_method_removes_smallest_weights(rng):
