@@ -259,7 +259,7 @@ class GraphEpoch:
         self._k_advance((1,), (1,), (self.step,))
 
     def _blas_calls(self, h, rows):
-        """The step's GEMMs and column sums alone (they write only scratch: activations,
+        """The step's GEMMs and column sums alone (they write only working buffers: activations,
         deltas, gradients), run once before capturing so that cuBLAS sets up whatever it
         needs for these shapes on this stream outside the capture."""
         t = self.trainer
