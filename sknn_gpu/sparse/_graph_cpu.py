@@ -35,8 +35,9 @@ __all__ = ["forward", "backward"]
 # rectangle (rows x the slots they read), its edges and the batch. A dense product costs
 # DENSE_NS per (row, slot, sample) plus DENSE_CALL_NS (the weights scattered into the
 # rectangle); SciPy's CSR product CSR_NS per (edge, sample) plus CSR_CALL_NS (the block's
-# matrix, built once, given the call's weights); the per-edge weight gradient GATHER_NS per (edge, sample) (two rows
-# gathered per edge, then their dot product) plus GATHER_CALL_NS. For large batches a block
+# matrix, built once, given the call's weights); the per-edge weight gradient GATHER_NS per
+# (edge, sample) (two rows gathered per edge, then their dot product) plus GATHER_CALL_NS.
+# For large batches a block
 # is dense from a fill of 20% (forward and back-propagated gradient) and 5% (weight
 # gradient); a small block is dense below that too, where the call costs dominate.
 DENSE_NS, DENSE_CALL_NS = 0.05, 2_000.0
