@@ -1106,3 +1106,36 @@ def test_verbose_one_logs_progress_lines_off_a_terminal(monkeypatch, digits, cap
         GPUMLPClassifier((8,), max_iter=3, verbose=1, random_state=0, device="cpu").fit(Xtr, ytr)
     steps = [r.getMessage().split(" after ")[0] for r in caplog.records if " after " in r.getMessage()]
     assert steps == [f"GPUMLPClassifier.fit {k}/3 epochs" for k in (1, 2, 3)]
+
+
+@pytest.mark.parametrize(
+    "y",
+    [
+        np.array([3, 1, 2, 3, 1, 2, 2]),
+        np.array(["b", "a", "a", "b"]),
+        np.array([1.0, 2.0, 1.0]),
+        np.array(["x", "y", "z", "x"], dtype=object),
+    ],
+    ids=["int-multiclass", "str-binary", "float-binary", "object-multiclass"],
+)
+def test_fast_one_hot_is_the_label_binarizers(y):
+    from sklearn.preprocessing import LabelBinarizer
+
+    from sknn_gpu.neural_network._mlp import _one_hot
+
+    lb = LabelBinarizer().fit(y)
+    np.testing.assert_array_equal(_one_hot(lb, y), lb.transform(y))
+    part = y[:2]  # fewer classes than fitted: still the fitted columns
+    np.testing.assert_array_equal(_one_hot(lb, part), lb.transform(part))
+
+
+def test_fast_one_hot_leaves_unknown_labels_and_multilabel_to_scikit_learn():
+    from sklearn.preprocessing import LabelBinarizer
+
+    from sknn_gpu.neural_network._mlp import _one_hot
+
+    lb = LabelBinarizer().fit([0, 1, 2])
+    np.testing.assert_array_equal(_one_hot(lb, np.array([0, 7])), lb.transform(np.array([0, 7])))
+    Y = np.array([[1, 0], [0, 1], [1, 1]])
+    lbm = LabelBinarizer().fit(Y)
+    np.testing.assert_array_equal(_one_hot(lbm, Y), lbm.transform(Y))

@@ -28,7 +28,7 @@ from .._kernels import check_barrier_error, get_function, stop_resident_kernels
 from ..linalg import gemv, ger
 from ._base import Solver, Trainer
 from ._data import CSRRows
-from ._mlp_graph import STEP_TAB, GraphEpoch
+from ._mlp_graph import STEP_TAB, GraphEpoch, cublas_library, gemm, on_current_stream
 
 __all__ = ["CUDATrainer", "forward_cuda"]
 
@@ -53,9 +53,15 @@ def forward_cuda(X, coefs, inters, activation, out_activation):
     cp = get_cupy()
     ct = "float" if X.dtype == np.float32 else "double"
     last = len(coefs) - 1
+    lib = cublas_library()
+    h = on_current_stream(lib) if lib is not None else None
     A = X
     for i, (W, b) in enumerate(zip(coefs, inters)):
-        Z = cp.matmul(A, W)
+        if lib is not None and A.flags.c_contiguous and W.flags.c_contiguous:
+            Z = cp.empty((A.shape[0], W.shape[1]), dtype=X.dtype)
+            gemm(lib, h, A, W, Z)  # the C API: a few microseconds less than cupy.matmul per call
+        else:
+            Z = cp.matmul(A, W)
         rows, cols = Z.shape
         if i != last:
             k = get_function("mlp", f"bias_act<{ct},{ACT_CODES[activation]}>")

@@ -34,10 +34,11 @@ from .._backend import get_cupy
 from .._kernels import get_function
 from .._kernels._launch import capture_graph
 
-__all__ = ["GraphEpoch", "STEPS_PER_GRAPH"]
+__all__ = ["GraphEpoch", "STEPS_PER_GRAPH", "cublas_library", "gemm", "on_current_stream"]
 
-#: full minibatch steps captured in one graph (one replay per this many steps)
-STEPS_PER_GRAPH = 16
+#: full minibatch steps captured in one graph (one replay per this many steps): capturing
+#: costs about 0.5 ms of host time per step, a replay a few microseconds
+STEPS_PER_GRAPH = 4
 #: doubles per step in the epoch table (``STEP_TAB`` in ``_kernels/mlp.cu``)
 STEP_TAB = 4
 #: a null pointer kernel argument
@@ -47,7 +48,7 @@ _NULL = np.uint64(0)
 _lib = None
 
 
-def _cublas():
+def cublas_library():
     """The cuBLAS library CuPy loaded, through ctypes (None where it cannot be found).
 
     CuPy's own wrappers re-set the handle's stream on every call and refuse to do so
@@ -91,6 +92,36 @@ def _check(status, what):
         raise RuntimeError(f"cuBLAS {what} failed with status {status}")
 
 
+#: cuBLAS's alpha = 1 and beta = 0 on the host, per dtype (read when a call is queued)
+_ONE = {np.dtype(np.float32): np.ones(1, np.float32), np.dtype(np.float64): np.ones(1, np.float64)}
+_ZERO = {np.dtype(np.float32): np.zeros(1, np.float32), np.dtype(np.float64): np.zeros(1, np.float64)}
+
+
+def gemm(lib, h, A, B, C, ta=False, tb=False):
+    """``C = op(A) @ op(B)`` for C-contiguous row-major CuPy arrays of one dtype, through
+    the C API ``lib`` (:func:`cublas_library`) on handle ``h`` as its stream and pointer mode
+    are set (cuBLAS is column-major: it computes ``C.T = op(B).T @ op(A).T``)."""
+    m, n = C.shape
+    k = A.shape[0] if ta else A.shape[1]
+    dt = C.dtype
+    fn = lib.cublasSgemm_v2 if dt == np.float32 else lib.cublasDgemm_v2
+    one, zero = _ONE[dt].ctypes.data, _ZERO[dt].ctypes.data
+    status = fn(
+        h, int(tb), int(ta), n, m, k, one, B.data.ptr, B.shape[1], A.data.ptr, A.shape[1], zero, C.data.ptr, n
+    )
+    _check(status, "gemm")
+
+
+def on_current_stream(lib):
+    """CuPy's cuBLAS handle of the current device, pointed at the current stream with host
+    scalars (what CuPy itself sets before each of its calls); returns the handle."""
+    cp = get_cupy()
+    h = cp.cuda.device.get_cublas_handle()
+    _check(lib.cublasSetStream_v2(h, cp.cuda.get_current_stream().ptr), "setStream")
+    _check(lib.cublasSetPointerMode_v2(h, 0), "setPointerMode")  # CUBLAS_POINTER_MODE_HOST
+    return h
+
+
 class GraphEpoch:
     """The buffers and captured graphs of one CUDA trainer's minibatch epochs.
 
@@ -124,8 +155,6 @@ class GraphEpoch:
         self.steps = -(-self.n // bs)
         self.tab = cp.zeros(self.steps * STEP_TAB, dtype=np.float64)
         self.step = cp.zeros(1, dtype=np.int64)
-        self.one = np.ones(1, dtype=dt)  # cuBLAS alpha/beta, read on the host at capture
-        self.zero = np.zeros(1, dtype=dt)
         self.sequential = False  # whether self.order holds 0..n-1
         self._k_gather = get_function("mlp", f"gather_batch<{ctype}>")
         self._k_update = get_function("mlp", f"params_update_step<{ctype},{solver_code}>")
@@ -133,39 +162,18 @@ class GraphEpoch:
         if t.sw is not None:
             self._k_out_w = get_function("mlp", f"out_delta_w_step<{ctype},{out_code}>")
         self.graphs = None
-        self.blas = _cublas()
+        self.blas = cublas_library()
         if self.blas is not None:
-            self._gemm = self.blas.cublasSgemm_v2 if dt == np.float32 else self.blas.cublasDgemm_v2
             self._gemv = self.blas.cublasSgemv_v2 if dt == np.float32 else self.blas.cublasDgemv_v2
 
     # -------------------------------------------------------------- capture
     def _mm(self, h, A, B, C, ta=False, tb=False):
-        """``C = op(A) @ op(B)`` for C-contiguous row-major arrays (cuBLAS sees their transposes)."""
-        m, n = C.shape
-        k = A.shape[0] if ta else A.shape[1]
-        one, zero = self.one.ctypes.data, self.zero.ctypes.data
-        status = self._gemm(
-            h,
-            int(tb),
-            int(ta),
-            n,
-            m,
-            k,
-            one,
-            B.data.ptr,
-            B.shape[1],
-            A.data.ptr,
-            A.shape[1],
-            zero,
-            C.data.ptr,
-            n,
-        )
-        _check(status, "gemm")
+        gemm(self.blas, h, A, B, C, ta, tb)
 
     def _colsum(self, h, D, out):
         """``out = D.T @ 1`` (D of shape (rows, u): cuBLAS's column-major (u, rows) times ones)."""
         rows, u = D.shape
-        one, zero = self.one.ctypes.data, self.zero.ctypes.data
+        one, zero = _ONE[D.dtype].ctypes.data, _ZERO[D.dtype].ctypes.data
         status = self._gemv(h, 0, u, rows, one, D.data.ptr, u, self.ones.data.ptr, 1, zero, out.data.ptr, 1)
         _check(status, "gemv")
 
