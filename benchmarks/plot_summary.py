@@ -63,10 +63,10 @@ WORKLOADS = [
 
 #: (workload, results file, table title prefix, N, our column, peer columns by position)
 MLP_WORKLOADS = [
-    ("per-sample SGD epoch, 60,000 x 784, hidden 1,280", "2026-11-26-h100/bench_mlp_peers.md",
-     "MLP {784, N, 10}: ours vs PyTorch", "1280", 1, (2, 3)),
-    ("minibatch-200 epoch, same shape", "2026-11-26-h100/bench_mlp_peers.md",
-     "MLP {784, N, 10}: ours vs PyTorch", "1280", 5, (6, 7)),
+    ("per-sample SGD epoch, 60,000 x 784, hidden 1,280 (H200)", "2026-11-28-h200/bench_mlp_defaults_sgd.md",
+     "Per-sample SGD", "(1280,)", 1, (2, 3)),
+    ("defaults (Adam, batch 200) epoch, same shape (H200)", "2026-11-28-h200/bench_mlp_defaults_adam.md",
+     "GPUMLPClassifier at its defaults (solver='adam'", "(1280,)", 1, (2, 3)),
 ]  # fmt: skip
 
 
@@ -145,7 +145,9 @@ def plot(rows, out_png):
         ax.text(s, i, f" {s:.0f}×" if s >= 10 else f" {s:.2g}×", va="center", fontsize=8)
     ax.set_xlim(min(speed) / 2, max(speed) * 4)
     ax.set_xlabel("times faster than the strongest peer (log scale; red: the peer is faster)", fontsize=9)
-    ax.set_title("sknn_gpu on one H100 (FlyNN: H200) against what a user would write instead", fontsize=10)
+    ax.set_title(
+        "sknn_gpu on one H100 (FlyNN, MLP: H200) against what a user would write instead", fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(out_png, dpi=100)
     plt.close(fig)
