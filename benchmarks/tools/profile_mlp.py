@@ -13,13 +13,13 @@ import argparse
 import cProfile
 import pstats
 import sys
-import time
 import warnings
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[2])]
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
 
 import numpy as np
+from _harness import time_call
 
 from sknn_gpu import GPUMLPClassifier
 from sknn_gpu.neural_network._data import check_X
@@ -49,17 +49,8 @@ def main(argv=None):
     X = Xt[:10_000]
     coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
 
-    def ms(f, n=50):
-        for _ in range(5):
-            f()
-        cp.cuda.Device().synchronize()
-        times = []
-        for _ in range(n):
-            start = time.perf_counter()
-            f()
-            cp.cuda.Device().synchronize()
-            times.append(time.perf_counter() - start)
-        return np.median(times) * 1e6
+    def ms(f, n=50):  # microseconds: median wall clock with synchronisation
+        return time_call(f, repeat=n, warmup=5, device="cuda") * 1e6
 
     print(f"hidden {hidden}: fit, one epoch of 60,000 x 784 float32 rows on the GPU")
     print(f"  fit                      {ms(lambda: clf.fit(Xt, yt), 5) / 1e3:8.2f} ms")
