@@ -5,8 +5,8 @@ a GEMM and ``bias_act``, ``out_delta``, per layer a weight-gradient GEMM, a colu
 and (below the top) a back-propagating GEMM and ``act_deriv``, then ``params_update``.
 Issued one by one from Python that is ~15 launches and ~200 µs of host time per step,
 more than the GPU needs for a 200-row batch. Here the sequence is captured once per fit
-call as a CUDA graph over static buffers and replayed once per step (several steps per
-replay), so the host only queues graph launches and the GPU runs the kernels back to back.
+call as a CUDA graph over static buffers and replayed, several steps per replay, so the
+host only queues graph launches and the GPU runs the kernels back to back.
 
 What changes from step to step lives on the device, so one graph serves every step:
 
