@@ -288,3 +288,86 @@ extern "C" __global__ void flynn_quantile_position(const QUANT_T* __restrict__ x
     }
 }
 #endif
+
+// input_range='quantile': each feature's counts over HIST_BINS equal bins of its range
+// (the NumPy reference is column_histogram in sknn_gpu/fly/_encoding.py). A value x of
+// feature j falls in bin floor((x - low[j]) / span[j] * HIST_BINS) clipped to
+// [0, HIST_BINS - 1]: x converted to double (round to nearest, as astype(float64)), then
+// one correctly rounded intrinsic per step, so the bin is the reference's. A NaN has no
+// bin (the reference refuses it): it is counted in hist[d * HIST_BINS] for the caller to
+// refuse.
+// Block (bx, by) counts the HIST_TILE features bx * HIST_TILE.. over its slice of
+// rows_per_block rows (by) into shared memory (HIST_TILE * HIST_BINS counters, dynamic),
+// then adds each non-zero counter to hist (n_features, HIST_BINS) in global memory with one
+// atomic add: integer counts (HIST_WEIGHTED 0: 32-bit counters, a slice has fewer than 2**31
+// rows) in any order are exact; weighted (HIST_WEIGHTED 1) sums of double weights on FlyNN's
+// fixed-point grid are exact in any order too (sknn_gpu/fly/_weights.py), so both give the
+// reference's numbers whatever the grid. Thread t reads feature t % HIST_TILE of every
+// (blockDim.x / HIST_TILE)-th row: a warp reads whole 32-byte sectors of adjacent rows.
+// hist accumulates over launches (batches).
+#if defined(HIST_T)
+#if HIST_WEIGHTED
+typedef double hist_bin_t;
+typedef double hist_acc_t;
+#else
+typedef unsigned int hist_bin_t;
+typedef unsigned long long hist_acc_t;
+#endif
+
+__device__ __forceinline__ unsigned int hist_add(hist_bin_t* bins, const HIST_T x, const double lo,
+                                                 const double sp, const double* __restrict__ weights,
+                                                 const long long r)
+{
+    const double f = floor(__dmul_rn(__ddiv_rn(__dsub_rn((double)x, lo), sp), (double)HIST_BINS));
+    if (isnan(f)) return 1u;
+    const int b = f < 0.0 ? 0 : (f > (double)(HIST_BINS - 1) ? HIST_BINS - 1 : (int)f);
+#if HIST_WEIGHTED
+    atomicAdd(bins + b, weights[r]);
+#else
+    (void)weights;
+    (void)r;
+    atomicAdd(bins + b, 1u);
+#endif
+    return 0u;
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+flynn_column_histogram(const HIST_T* __restrict__ x, const long long n, const long long d, const long long ldx,
+                       const double* __restrict__ low, const double* __restrict__ span,
+                       const double* __restrict__ weights, hist_acc_t* __restrict__ hist,
+                       const long long rows_per_block)
+{
+    extern __shared__ __align__(8) unsigned char hist_smem[];
+    hist_bin_t* bins = reinterpret_cast<hist_bin_t*>(hist_smem);
+    const long long j0 = (long long)blockIdx.x * HIST_TILE;
+    const int tile = (int)(d - j0 < HIST_TILE ? d - j0 : HIST_TILE);
+    const long long r0 = (long long)blockIdx.y * rows_per_block;
+    const long long r1 = n - r0 < rows_per_block ? n : r0 + rows_per_block;
+    for (int i = threadIdx.x; i < tile * HIST_BINS; i += blockDim.x) bins[i] = (hist_bin_t)0;
+    __syncthreads();
+    const int c = threadIdx.x % HIST_TILE;
+    const long long step = blockDim.x / HIST_TILE;
+    unsigned int nans = 0;
+    if (c < tile) {
+        const double lo = low[j0 + c], sp = span[j0 + c];
+        hist_bin_t* own = bins + c * HIST_BINS;
+        const HIST_T* col = x + j0 + c;
+        long long r = r0 + threadIdx.x / HIST_TILE;
+        for (; r + 3 * step < r1; r += 4 * step) {  // four loads in flight before the adds
+            HIST_T v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) v[u] = col[(r + u * step) * ldx];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) nans += hist_add(own, v[u], lo, sp, weights, r + u * step);
+        }
+        for (; r < r1; r += step) nans += hist_add(own, col[r * ldx], lo, sp, weights, r);
+    }
+    __syncthreads();
+    hist_acc_t* out = hist + j0 * HIST_BINS;  // the tile's bins are contiguous in hist too
+    for (int i = threadIdx.x; i < tile * HIST_BINS; i += blockDim.x) {
+        const hist_bin_t v = bins[i];
+        if (v != (hist_bin_t)0) atomicAdd(out + i, (hist_acc_t)v);
+    }
+    if (nans) atomicAdd(hist + d * HIST_BINS, (hist_acc_t)nans);
+}
+#endif

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .._backend import array_module, is_cupy_sparse, synchronize, to_device
+from .._backend import array_module, get_xp, is_cupy_sparse, is_device_array, synchronize, to_device
 from . import _encoding, _flynn_cuda, _weights
 from ._flynn_engine import engine
 
@@ -34,17 +34,41 @@ def histogram(est, X, weights=None):
     """Per-feature counts of validated ``X`` over the bins of ``input_range='quantile'``
     (:func:`._encoding.column_histogram`), summed over batches of ``batch_size`` rows (each
     made dense where it lives: NumPy or CuPy, the same bits): host int64, exact (with row
-    ``weights``, host float64 on the fixed-point grid: their sums, exact too)."""
+    ``weights``, host float64 on the fixed-point grid: their sums, exact too).
+
+    On a GPU (``device_='cuda'``, or CuPy ``X``) one kernel per batch adds to one table on
+    the device (:func:`._flynn_cuda.column_histogram`; dense CuPy ``X`` in one launch, as
+    it makes no temporary per value), copied to the host once."""
+    if getattr(est, "device_", None) == "cuda" or is_device_array(X):  # (a party's shell has none)
+        return _device_histogram(est, X, weights)
     total = 0
     bs = int(est.batch_size)
     for start in range(0, X.shape[0], bs):  # loop over batches, not samples
         Xb = X[start : start + bs]
-        Xb = Xb.toarray() if sp.issparse(Xb) or is_cupy_sparse(Xb) else Xb
+        Xb = Xb.toarray() if sp.issparse(Xb) else Xb
         wb = None if weights is None else weights[start : start + bs]
-        if wb is not None and array_module(Xb) is not np:
-            wb = to_device(wb, "cuda")
         total = total + _encoding.column_histogram(Xb, est.input_low_, est.input_high_, wb)
     return total
+
+
+def _device_histogram(est, X, weights=None):
+    """:func:`histogram` on the GPU: host NumPy or SciPy batches are moved there first."""
+    xp = get_xp("cuda")
+    low, high = est.input_low_, est.input_high_
+    span = np.where(high - low > 0, high - low, 1.0)  # as column_histogram: a constant feature, bin 0
+    low, span = xp.asarray(low, dtype=xp.float64), xp.asarray(span, dtype=xp.float64)
+    n = X.shape[0]
+    whole = is_device_array(X) and not is_cupy_sparse(X)  # no temporary per value: one launch
+    bs = n if whole else int(est.batch_size)
+    hist = None
+    for start in range(0, n, bs):  # loop over batches, not samples
+        Xb = X[start : start + bs]
+        Xb = to_device(Xb.toarray() if sp.issparse(Xb) or is_cupy_sparse(Xb) else Xb, "cuda")
+        wb = None if weights is None else to_device(weights[start : start + bs], "cuda")
+        hist = _flynn_cuda.column_histogram(Xb, low, span, hist, wb)
+    if hist is None:  # no rows
+        return _encoding.column_histogram(np.empty((0, X.shape[1])), est.input_low_, est.input_high_, weights)
+    return _flynn_cuda.histogram_to_host(hist, X.shape[1])
 
 
 def _quantile_positions(est, Xb):
