@@ -85,13 +85,99 @@ def test_calibration_table_matches_a_manual_cross_fit(digits_split):
     np.testing.assert_allclose(clf.calibration_loss_, expected, rtol=1e-12)
 
 
+#: How close a GPU calibration table is to the CPU's: the held-out filters are raised by CUDA's
+#: pow and the softmax uses CUDA's exp and log (each within an ulp or two of the host's), and
+#: the rows are summed in another order; on these tables the gap is about 1e-15.
+TABLE_RTOL = 1e-9
+
+
+def _same_calibration(clf, ref):
+    np.testing.assert_allclose(clf.calibration_loss_, ref.calibration_loss_, rtol=TABLE_RTOL)
+    assert clf.proba_scale_ == ref.proba_scale_ and clf.held_out_hits_ == ref.held_out_hits_
+
+
 def test_calibration_is_the_same_on_both_devices(device, digits_split):
     X_train, X_test, y_train, _ = digits_split
     ref = _small(device="cpu").fit(X_train, y_train)
     clf = _small(device=device).fit(X_train, y_train)
-    assert np.array_equal(clf.calibration_loss_, ref.calibration_loss_)
-    assert clf.proba_scale_ == ref.proba_scale_ and clf.held_out_hits_ == ref.held_out_hits_
+    _same_calibration(clf, ref)
     np.testing.assert_allclose(to_host(clf.predict_proba(X_test)), ref.predict_proba(X_test), rtol=1e-12)
+    if device == "cpu":  # the reference, bit for bit from the same steps
+        assert np.array_equal(clf.calibration_loss_, ref.calibration_loss_)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(decay="count", gamma=0.5),
+        dict(class_weight="balanced"),
+        dict(class_weight={0: 3.0, 4: 0.5}, input_range=(0, 16)),
+    ],
+    ids=["count", "balanced", "dict"],
+)
+def test_calibration_filters_follow_decay_and_class_weight_on_both_devices(device, digits_split, params):
+    X_train, _, y_train, _ = digits_split
+    ref = _small(device="cpu", **params).fit(X_train, y_train)
+    clf = _small(device=device, **params).fit(X_train, y_train)
+    _same_calibration(clf, ref)
+    # the held-out filters are the decay's and the class weights' (a table without them differs)
+    plain = _small(device="cpu", input_range=params.get("input_range", "quantile")).fit(X_train, y_train)
+    assert not np.allclose(ref.calibration_loss_, plain.calibration_loss_, rtol=1e-6)
+
+
+def test_weighted_and_streamed_calibration_on_both_devices(device, digits_split):
+    X_train, _, y_train, _ = digits_split
+    w = np.where(np.arange(len(y_train)) % 9 == 0, 0.0, 0.25 + np.arange(len(y_train)) % 4 * 0.625)
+    ref = _small(device="cpu").fit(X_train, y_train, sample_weight=w)
+    clf = _small(device=device).fit(X_train, y_train, sample_weight=w)
+    _same_calibration(clf, ref)
+    assert ref.held_out_hits_[1] == pytest.approx(w[w > 0].sum(), rel=1e-15)
+    # a stream: each later batch scored by the model before it (partial_fit's held-out table)
+    params = dict(input_range=(0, 16))
+    ref, clf = _small(device="cpu", **params), _small(device=device, **params)
+    for part in np.array_split(np.arange(len(y_train)), 3):
+        ref.partial_fit(X_train[part], y_train[part], classes=np.arange(10), sample_weight=w[part])
+        clf.partial_fit(X_train[part], y_train[part], classes=np.arange(10), sample_weight=w[part])
+        _same_calibration(clf, ref)
+
+
+def test_fit_calibrates_on_the_winners_it_counted(device, rng):
+    """fit keeps the calibration rows' winners from its counting pass (every 2nd row of
+    20,000, over batches of 777 rows): the table of hashing those rows again."""
+    from sknn_gpu.fly._calibration import loss_table
+
+    X = rng.normal(size=(20000, 6)) + np.repeat(rng.normal(size=(4, 6)) * 0.7, 5000, axis=0)
+    y = np.repeat(np.arange(4), 5000)
+    clf = FlyNNClassifier(n_components=1024, k=16, batch_size=777, random_state=0, device=device).fit(X, y)
+    Xv = clf._validate_X(X, reset=False)
+    table, hits = loss_table(clf, Xv, y)
+    assert np.array_equal(clf.calibration_loss_, table) and clf.held_out_hits_ == hits
+    assert hits[1] == len(calibration_rows(20000)) == 10000  # every 2nd row
+    ref = FlyNNClassifier(n_components=1024, k=16, random_state=0, device="cpu").fit(X, y)
+    _same_calibration(clf, ref)
+
+
+def test_counting_keeps_the_winners_of_any_rows(device, rng):
+    from sknn_gpu.fly._calibration import calibration_winners
+
+    X, y = rng.normal(size=(50, 5)), np.arange(50) % 3
+    clf = FlyNNClassifier(n_components=256, k=8, batch_size=16, random_state=0, device=device).fit(X, y)
+    Xv = clf._validate_X(X, reset=False)
+    for keep in ([0, 3, 4, 10, 31, 32, 49], [5, 21, 37], [17], [], list(range(0, 50, 7))):
+        keep = np.asarray(keep, dtype=np.int64)
+        counts, winners = clf._count(Xv, y, keep=keep)
+        assert np.array_equal(to_host(counts), to_host(clf.counts_))
+        expected = to_host(calibration_winners(clf, Xv[keep])) if keep.size else np.empty((0, 8))
+        assert winners.shape == (keep.size, 8) and np.array_equal(to_host(winners), expected)
+
+
+def test_calibration_of_fewer_rows_than_folds(device):
+    X = np.array([[0.0, 1.0], [1.0, 0.0], [0.9, 0.1], [0.1, 0.8]])
+    y = np.array([0, 1, 1, 0])
+    ref = FlyNNClassifier(n_components=64, k=4, random_state=0, device="cpu").fit(X, y)
+    clf = FlyNNClassifier(n_components=64, k=4, random_state=0, device=device).fit(X, y)
+    assert ref.held_out_hits_[1] == 4 and np.all(np.isfinite(ref.calibration_loss_))
+    _same_calibration(clf, ref)
 
 
 def test_partial_fit_adds_each_batch_scored_by_the_model_before_it(digits_split):

@@ -371,3 +371,80 @@ flynn_column_histogram(const HIST_T* __restrict__ x, const long long n, const lo
     if (nans) atomicAdd(hist + d * HIST_BINS, (hist_acc_t)nans);
 }
 #endif
+
+// ---------------------------------------------------------------------------------
+// predict_proba's calibration (the NumPy reference is sknn_gpu/fly/_calibration.py).
+
+// flynn_novelty for the rows start, start + step, ... (n_rows of them) of winners, written
+// to the same rows of novelty: the same sums in the same order. Fold f of the calibration
+// (rows f, f + 5, ...) is scored by the filters of the counts without it, one launch per fold.
+extern "C" __global__ void flynn_novelty_rows(const int* __restrict__ winners,
+                                              const double* __restrict__ filtersT,
+                                              double* __restrict__ novelty,
+                                              const long long n_rows,
+                                              const int k,
+                                              const int n_classes,
+                                              const long long start,
+                                              const long long step)
+{
+    const long long total = n_rows * (long long)n_classes;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (long long)blockDim.x * gridDim.x) {
+        const long long i = t / n_classes;
+        const int l = (int)(t - i * n_classes);
+        const long long r = start + i * step;
+        const int* w = winners + r * k;
+        double s = 0.0;
+        for (int j = 0; j < k; ++j) {
+            s = __dadd_rn(s, filtersT[(long long)w[j] * n_classes + l]);
+        }
+        novelty[r * n_classes + l] = s;
+    }
+}
+
+// The held-out log-loss of softmax(-novelty * s / k) for every candidate scale, per row:
+// thread (c, i) writes out[c * n + i]. For c < n_scales, with t = scales[c] (s / k) and
+// the gaps g_l = novelty[i, l] - min_l novelty[i, l]: w_i * (log(sum_l exp(-g_l * t)) +
+// g_y * t), y = labels[i], w_i = weights[i] (1 when weights is null), the reference's
+// steps (z = -g * t; the sum over the classes in order; exp and log within an ulp of the
+// host's). Row c = n_scales: w_i when the least novel class (the lowest index on ties, as
+// numpy.argmin) is y, else 0. The caller sums each row of out (a fixed order).
+extern "C" __global__ void flynn_calibration_losses(const double* __restrict__ novelty,
+                                                    const int* __restrict__ labels,
+                                                    const double* __restrict__ weights,
+                                                    const double* __restrict__ scales,
+                                                    const int n_scales,
+                                                    const long long n,
+                                                    const int n_classes,
+                                                    double* __restrict__ out)
+{
+    const long long total = (long long)(n_scales + 1) * n;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (long long)blockDim.x * gridDim.x) {
+        const int c = (int)(t / n);
+        const long long i = t - (long long)c * n;
+        const double* nv = novelty + i * n_classes;
+        const int y = labels[i];
+        const double w = weights == nullptr ? 1.0 : weights[i];
+        double least = nv[0];
+        int arg = 0;
+        for (int l = 1; l < n_classes; ++l) {
+            if (nv[l] < least) {
+                least = nv[l];
+                arg = l;
+            }
+        }
+        if (c == n_scales) {
+            out[t] = arg == y ? w : 0.0;
+            continue;
+        }
+        const double ts = scales[c];
+        double sum = 0.0, zy = 0.0;
+        for (int l = 0; l < n_classes; ++l) {
+            const double z = __dmul_rn(-__dsub_rn(nv[l], least), ts);
+            sum = __dadd_rn(sum, exp(z));
+            if (l == y) zy = z;
+        }
+        out[t] = __dmul_rn(w, __dsub_rn(log(sum), zy));
+    }
+}

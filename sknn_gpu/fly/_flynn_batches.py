@@ -140,25 +140,52 @@ def batch_winners(est, X, bar=None):
             bar.update(rows=Xb.shape[0])
 
 
-def count(est, X, y_idx, bar=None, weights=None):
+def count(est, X, y_idx, bar=None, weights=None, keep=None):
     """Counts (n_classes, m) of the winners of ``X`` per class, summed over batches.
 
     With ``weights`` (host float64 on :mod:`._weights`' grid, one per row) each row adds
     its weight: float64 sums, exact in any order, that stay int64 when every weight is a
     whole number. A new array on ``device_``: the model is not touched, so an error
     half-way (out of memory, say) leaves it as it was.
+
+    ``keep`` (sorted host row indices, e.g. the calibration rows): returns ``(counts,
+    winners)``, the winners (on ``device_``) of those rows in their order as well, taken
+    from the batches as they are counted instead of hashing the rows again.
     """
     labels = to_device(y_idx, est.device_)
     eng = engine(est.device_)
     n_classes = len(est.classes_)
+    kept = []
     if weights is None:
         total = est._xp.zeros((n_classes, est.n_components_), dtype=np.int64)
-        for start, w in est._batch_winners(X, bar):
-            total += eng.count(w, labels[start : start + w.shape[0]], n_classes, est.n_components_)
-        return total
-    row_weights = to_device(weights, est.device_)
-    total = est._xp.zeros((n_classes, est.n_components_), dtype=np.float64)
+    else:
+        row_weights = to_device(weights, est.device_)
+        total = est._xp.zeros((n_classes, est.n_components_), dtype=np.float64)
     for start, w in est._batch_winners(X, bar):
         rows = slice(start, start + w.shape[0])
-        total += eng.weighted_count(w, labels[rows], row_weights[rows], n_classes, est.n_components_)
-    return total.astype(np.int64) if _weights.is_whole(weights) else total
+        if weights is None:
+            total += eng.count(w, labels[rows], n_classes, est.n_components_)
+        else:
+            total += eng.weighted_count(w, labels[rows], row_weights[rows], n_classes, est.n_components_)
+        if keep is not None:
+            kept.append(_rows_of_batch(w, keep, start))
+    if weights is not None and _weights.is_whole(weights):
+        total = total.astype(np.int64)
+    if keep is None:
+        return total
+    winners = kept[0] if len(kept) == 1 else est._xp.concatenate(kept)
+    return total, winners
+
+
+def _rows_of_batch(w, keep, start):
+    """A copy of the rows of the batch ``w`` (winners of rows ``start, start + 1, ...``) that
+    ``keep`` names (so that the batch itself can go): evenly spaced rows (the calibration
+    rows) are sliced, others gathered."""
+    xp = array_module(w)
+    lo, hi = np.searchsorted(keep, [start, start + w.shape[0]])
+    local = np.asarray(keep[lo:hi], dtype=np.int64) - start
+    step = int(local[1] - local[0]) if local.size > 1 else 1
+    if local.size == 0 or (step > 0 and np.array_equal(local, local[0] + step * np.arange(local.size))):
+        first = int(local[0]) if local.size else 0
+        return xp.ascontiguousarray(w[first : first + step * local.size : step])
+    return w[to_device(local, "cuda") if xp is not np else local]

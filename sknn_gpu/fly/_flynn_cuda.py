@@ -258,6 +258,37 @@ def novelty(winners, filters_t):  # pragma: no cover - needs a GPU
     return out
 
 
+def novelty_rows(winners, filters_t, out, start, step):  # pragma: no cover - needs a GPU
+    """:func:`novelty` of the rows ``start, start + step, ...`` of ``winners`` (int32 (n, k),
+    C-ordered), written to the same rows of ``out`` (float64 (n, n_classes)); the other rows
+    are left as they are. The same sums, in the same order (``flynn_novelty_rows``)."""
+    n, k = winners.shape
+    n_rows = max(0, -(-(n - int(start)) // int(step)))
+    n_classes = filters_t.shape[1]
+    args = (winners, filters_t, out, np.int64(n_rows), np.int32(k), np.int32(n_classes))
+    _launch("flynn_novelty_rows", n_rows * n_classes, (*args, np.int64(start), np.int64(step)))
+    return out
+
+
+def calibration_losses(novelty, labels, weights, scales):  # pragma: no cover - needs a GPU
+    """The held-out log-loss of ``softmax(-novelty * t)`` for each ``t`` of ``scales`` (the
+    candidate scales over ``k``), summed over the rows with their ``weights`` (None: 1 each),
+    then the summed weight of the rows whose least novel class is their label: a float64
+    CuPy array of ``len(scales) + 1`` values, left on the device (``flynn_calibration_losses``
+    per row and scale, then one sum per scale in a fixed order)."""
+    cp = get_cupy()
+    novelty = cp.ascontiguousarray(novelty, dtype=cp.float64)
+    labels = cp.ascontiguousarray(labels, dtype=cp.int32)
+    if weights is not None:
+        weights = cp.ascontiguousarray(weights, dtype=cp.float64)
+    n, n_classes = novelty.shape
+    scales = cp.asarray(np.asarray(scales, dtype=np.float64))
+    per_row = cp.empty((scales.size + 1, n), dtype=cp.float64)
+    sizes = (np.int32(scales.size), np.int64(n), np.int32(n_classes))
+    _launch("flynn_calibration_losses", per_row.size, (novelty, labels, weights, scales, *sizes, per_row))
+    return per_row.sum(axis=1)
+
+
 def argmin(novelty):  # pragma: no cover - needs a GPU
     """Index (int64) of the least novel class per row; ties go to the lowest class index."""
     cp = get_cupy()
