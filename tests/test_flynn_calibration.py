@@ -370,9 +370,10 @@ def test_quantile_federated_and_dask_fits_equal_the_pooled_fit(dask_client):
 # --------------------------------------------------------------------------- #
 
 
-def _histogram_of(device, X, low, high, weights=None, batch_size=8192, on_device=True):
-    """``_flynn_batches.histogram`` of ``X`` by an estimator on ``device`` over [low, high]
-    (``on_device``: CuPy ``X`` for a cuda estimator, else the host array, moved batch by batch)."""
+def _histogram_of(device, X, low, high, weights=None, batch_size=8192, on_device=True, what="histogram"):
+    """``_flynn_batches.histogram`` (or ``.quantiles``: ``what``) of ``X`` by an estimator on
+    ``device`` over [low, high] (``on_device``: CuPy ``X`` for a cuda estimator, else the host
+    array, moved batch by batch)."""
     from types import SimpleNamespace
 
     from sknn_gpu.fly import _flynn_batches
@@ -387,7 +388,7 @@ def _histogram_of(device, X, low, high, weights=None, batch_size=8192, on_device
         import cupy as cp
 
         X = cp.asarray(X)
-    return _flynn_batches.histogram(est, X, weights)
+    return getattr(_flynn_batches, what)(est, X, weights)
 
 
 def _histogram_by_feature(X, low, high, weights=None):
@@ -491,6 +492,28 @@ def test_histogram_refuses_nan_as_the_reference_does(device, rng):
     with pytest.raises(ValueError), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's cast of NaN to an index
         _histogram_of(device, X, np.zeros(4), np.ones(4))
+
+
+def test_quantiles_of_the_histogram_on_both_devices(device, rng):
+    """On a GPU the quantiles are taken from the histogram there (one block per feature):
+    the bits of quantile_knots, weighted too; only they come back."""
+    from sknn_gpu.fly._encoding import QUANTILE_KNOTS, quantile_knots
+    from sknn_gpu.fly._weights import check_sample_weight
+
+    X, low, high = _awkward_columns(rng, 5000)
+    for weights in (None, check_sample_weight(rng.random(5000) * 2.0, 5000)):
+        knots = _histogram_of(device, X, low, high, weights, what="quantiles")
+        expected = quantile_knots(_histogram_by_feature(X, low, high, weights), low, high)
+        assert knots.shape == (X.shape[1], QUANTILE_KNOTS) and np.array_equal(knots, expected)
+        assert np.all(knots[2] == 7.5) and np.all(np.diff(knots, axis=1) >= 0)
+    X = rng.lognormal(sigma=2.0, size=(3000, 300)).astype(np.float32)
+    low, high = X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64)
+    knots = _histogram_of(device, X, low, high, batch_size=1000, on_device=False, what="quantiles")
+    assert np.array_equal(knots, quantile_knots(_histogram_by_feature(X, low, high), low, high))
+    X[5, 7] = np.nan
+    with pytest.raises(ValueError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _histogram_of(device, X, low, high, what="quantiles")
 
 
 def test_weighted_quantile_fit_is_the_same_on_both_devices(device, rng):

@@ -4,9 +4,12 @@ calibration, each timed alone (medians of 3, wall clock with synchronisation) on
 Fashion-MNIST (60,000 x 784), under ``input_range='quantile'`` and ``'fit'``; and ``predict``
 of 10,000 rows. A profile, not a benchmark against a peer.
 
-``fit`` counts and keeps the calibration rows' winners in one pass ("count, keeping the
-calibration rows"), then cross-fits on them ("calibration on the kept winners"); "calibration
-(loss_table)" hashes the calibration rows again first, as ``fit`` did before.
+``fit`` takes the quantiles from the histogram where it was counted ("quantiles (histogram +
+knots)": on the GPU only the quantiles come back; "histogram of the quantiles" copies the
+histogram itself to the host, as a Dask block or a federated party sends it). It counts and
+keeps the calibration rows' winners in one pass ("count, keeping the calibration rows"), then
+cross-fits on them ("calibration on the kept winners"); "calibration (loss_table)" hashes the
+calibration rows again first, as ``fit`` did before.
 
 Run from the repository root, with the four ``*-ubyte.gz`` files of Fashion-MNIST in DIR::
 
@@ -24,7 +27,6 @@ import numpy as np
 from bench_flynn import load_fashion_mnist
 
 from sknn_gpu.fly import FlyNNClassifier, _calibration, _flynn_batches
-from sknn_gpu.fly._encoding import quantile_knots
 
 
 def main(argv=None):
@@ -54,8 +56,7 @@ def main(argv=None):
         parts = {"whole fit": lambda: clf.fit(Xd, y)}  # noqa: B023 (called in this iteration)
         if input_range == "quantile":
             parts["histogram of the quantiles"] = lambda: _flynn_batches.histogram(clf, Xv)  # noqa: B023
-            hist, low, high = _flynn_batches.histogram(clf, Xv), clf.input_low_, clf.input_high_
-            parts["quantiles of the histogram"] = lambda: quantile_knots(hist, low, high)  # noqa: B023
+            parts["quantiles (histogram + knots)"] = lambda: _flynn_batches.quantiles(clf, Xv)  # noqa: B023
         parts["projection drawn (_init_model)"] = lambda: clf._init_model(X.shape[1], len(y))  # noqa: B023
         parts["count (hash + counts)"] = lambda: clf._count(Xv, y_idx)  # noqa: B023
         parts["count, keeping the calibration rows"] = lambda: clf._count_and_calibration_set(Xv, y_idx)  # noqa: B023

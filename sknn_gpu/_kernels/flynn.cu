@@ -448,3 +448,73 @@ extern "C" __global__ void flynn_calibration_losses(const double* __restrict__ n
         out[t] = __dmul_rn(w, __dsub_rn(log(sum), zy));
     }
 }
+
+// input_range='quantile': the K quantiles of each feature from its histogram (the NumPy
+// reference is quantile_knots in sknn_gpu/fly/_encoding.py), one block per feature.
+// KNOT_ACC is the histogram's type: long long counts (their cumulative sums are exact
+// integers, as the reference's float64 ones are below 2**53) or double weighted sums (on
+// FlyNN's fixed-point grid every partial sum is exact, so any order gives the reference's).
+// The block scans the feature's HIST_BINS bins into shared memory (each thread 16
+// consecutive bins, then the threads' totals), then level q's quantile is, as in the
+// reference: target = levels[q] * total; b = the first bin whose cumulative count reaches
+// target (numpy.searchsorted, side='left'), at most HIST_BINS - 1; frac = (target - (cum[b]
+// - h[b])) / h[b] (h[b] = 0: over 1) clipped to [0, 1]; low + (b + frac) * width; low when
+// the total or the width is 0. One correctly rounded intrinsic per step. n_nan (the
+// histogram kernel's NaN count) is copied to knots[d * K] so that one copy brings both.
+#if defined(KNOT_ACC)
+#define KNOT_THREADS 256
+extern "C" __global__ void __launch_bounds__(KNOT_THREADS)
+flynn_quantile_knots(const KNOT_ACC* __restrict__ hist, const long long d, const double* __restrict__ low,
+                     const double* __restrict__ width, const double* __restrict__ levels, const int K,
+                     double* __restrict__ knots)
+{
+    __shared__ KNOT_ACC cum[HIST_BINS];
+    __shared__ KNOT_ACC part[KNOT_THREADS];
+    const int per = HIST_BINS / KNOT_THREADS;
+    const int b0 = threadIdx.x * per;
+    if (blockIdx.x == 0 && threadIdx.x == 0) knots[d * K] = (double)hist[d * HIST_BINS];
+    for (long long j = blockIdx.x; j < d; j += gridDim.x) {
+        const KNOT_ACC* h = hist + j * HIST_BINS;
+        KNOT_ACC s = 0;
+        for (int i = 0; i < per; ++i) {
+            s += h[b0 + i];
+            cum[b0 + i] = s;
+        }
+        part[threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) {  // the threads' offsets, in order
+            KNOT_ACC a = 0;
+            for (int t = 0; t < KNOT_THREADS; ++t) {
+                const KNOT_ACC v = part[t];
+                part[t] = a;
+                a += v;
+            }
+        }
+        __syncthreads();
+        const KNOT_ACC offset = part[threadIdx.x];
+        for (int i = 0; i < per; ++i) cum[b0 + i] += offset;
+        __syncthreads();
+        const double total = (double)cum[HIST_BINS - 1];
+        const double lo_j = low[j], width_j = width[j];
+        for (int q = threadIdx.x; q < K; q += KNOT_THREADS) {
+            double out = lo_j;
+            if (total != 0.0 && width_j != 0.0) {
+                const double target = __dmul_rn(levels[q], total);
+                int lo = 0, hi = HIST_BINS;  // the first bin whose cumulative count is >= target
+                while (lo < hi) {
+                    const int mid = (lo + hi) >> 1;
+                    if ((double)cum[mid] < target) lo = mid + 1; else hi = mid;
+                }
+                const int b = lo < HIST_BINS - 1 ? lo : HIST_BINS - 1;
+                const double hb = (double)h[b];
+                const double before = __dsub_rn((double)cum[b], hb);
+                double frac = __ddiv_rn(__dsub_rn(target, before), hb > 0.0 ? hb : 1.0);
+                frac = frac < 0.0 ? 0.0 : (frac > 1.0 ? 1.0 : frac);
+                out = __dadd_rn(lo_j, __dmul_rn(__dadd_rn((double)b, frac), width_j));
+            }
+            knots[j * K + q] = out;
+        }
+        __syncthreads();  // cum and part are read before the next feature overwrites them
+    }
+}
+#endif

@@ -561,7 +561,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                 self.input_quantiles_ = np.array(knots, dtype=np.float64)
                 return
             if histogram is None:  # each row counts its weight, as a repeated row would
-                histogram = _flynn_batches.histogram(self, X, weights)
+                self.input_quantiles_ = _flynn_batches.quantiles(self, X, weights)
+                return
             self.input_quantiles_ = quantile_knots(np.asarray(histogram), self.input_low_, self.input_high_)
 
     def _encode(self, Xb):

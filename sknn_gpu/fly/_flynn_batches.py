@@ -17,7 +17,7 @@ from .._backend import array_module, get_xp, is_cupy_sparse, is_device_array, sy
 from . import _encoding, _flynn_cuda, _weights
 from ._flynn_engine import engine
 
-__all__ = ["range_arrays", "encode_batch", "histogram", "batch_winners", "count"]
+__all__ = ["range_arrays", "encode_batch", "histogram", "quantiles", "batch_winners", "count"]
 
 
 def range_arrays(est, Xb):
@@ -39,8 +39,10 @@ def histogram(est, X, weights=None):
     On a GPU (``device_='cuda'``, or CuPy ``X``) one kernel per batch adds to one table on
     the device (:func:`._flynn_cuda.column_histogram`; dense CuPy ``X`` in one launch, as
     it makes no temporary per value), copied to the host once."""
-    if getattr(est, "device_", None) == "cuda" or is_device_array(X):  # (a party's shell has none)
-        return _device_histogram(est, X, weights)
+    if _on_gpu(est, X):
+        table = _device_histogram(est, X, weights)
+        if table is not None:
+            return _flynn_cuda.histogram_to_host(table, X.shape[1])
     total = 0
     bs = int(est.batch_size)
     for start in range(0, X.shape[0], bs):  # loop over batches, not samples
@@ -48,11 +50,31 @@ def histogram(est, X, weights=None):
         Xb = Xb.toarray() if sp.issparse(Xb) else Xb
         wb = None if weights is None else weights[start : start + bs]
         total = total + _encoding.column_histogram(Xb, est.input_low_, est.input_high_, wb)
+    if isinstance(total, int):  # no rows
+        return _encoding.column_histogram(np.empty((0, X.shape[1])), est.input_low_, est.input_high_, weights)
     return total
 
 
+def quantiles(est, X, weights=None):
+    """``input_quantiles_`` of validated ``X``: :func:`._encoding.quantile_knots` of its
+    :func:`histogram`; on a GPU both are computed there and only the quantiles come back
+    (:func:`._flynn_cuda.quantile_knots`, the same bits)."""
+    low, high = est.input_low_, est.input_high_
+    if _on_gpu(est, X):
+        table = _device_histogram(est, X, weights)
+        if table is not None:
+            return _flynn_cuda.quantile_knots(table, low, high)
+    return _encoding.quantile_knots(np.asarray(histogram(est, X, weights)), low, high)
+
+
+def _on_gpu(est, X):
+    """Whether the histogram is counted on the GPU: for a GPU model, or CuPy ``X``."""
+    return getattr(est, "device_", None) == "cuda" or is_device_array(X)  # (a party's shell has none)
+
+
 def _device_histogram(est, X, weights=None):
-    """:func:`histogram` on the GPU: host NumPy or SciPy batches are moved there first."""
+    """The device table of :func:`histogram` (:func:`._flynn_cuda.column_histogram`'s
+    accumulator; None without rows): host NumPy or SciPy batches are moved there first."""
     xp = get_xp("cuda")
     low, high = est.input_low_, est.input_high_
     span = np.where(high - low > 0, high - low, 1.0)  # as column_histogram: a constant feature, bin 0
@@ -60,15 +82,13 @@ def _device_histogram(est, X, weights=None):
     n = X.shape[0]
     whole = is_device_array(X) and not is_cupy_sparse(X)  # no temporary per value: one launch
     bs = n if whole else int(est.batch_size)
-    hist = None
+    table = None
     for start in range(0, n, bs):  # loop over batches, not samples
         Xb = X[start : start + bs]
         Xb = to_device(Xb.toarray() if sp.issparse(Xb) or is_cupy_sparse(Xb) else Xb, "cuda")
         wb = None if weights is None else to_device(weights[start : start + bs], "cuda")
-        hist = _flynn_cuda.column_histogram(Xb, low, span, hist, wb)
-    if hist is None:  # no rows
-        return _encoding.column_histogram(np.empty((0, X.shape[1])), est.input_low_, est.input_high_, weights)
-    return _flynn_cuda.histogram_to_host(hist, X.shape[1])
+        table = _flynn_cuda.column_histogram(Xb, low, span, table, wb)
+    return table
 
 
 def _quantile_positions(est, Xb):

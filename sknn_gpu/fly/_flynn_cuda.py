@@ -16,6 +16,7 @@ from .._backend import device_limits, get_cupy
 from .._kernels import get_function
 from ._encoding import (
     QUANTILE_BINS,
+    QUANTILE_KNOTS,
     RECEPTOR_SPREAD,
     THERMOMETER_SLOPE,
     THERMOMETER_THRESHOLDS,
@@ -136,6 +137,8 @@ def quantile_position(X, knots):  # pragma: no cover - needs a GPU
 #: has bins).
 HIST_THREADS = 1024
 HIST_MIN_ROWS = 8192
+#: ``quantile_knots``: threads per block (one block per feature; ``flynn.cu``'s KNOT_THREADS).
+KNOT_THREADS = 256
 #: The C type the histogram kernel reads for each NumPy dtype (any other is made float64).
 _HIST_TYPES = {
     "float32": "float",
@@ -210,18 +213,43 @@ def column_histogram(X, low, span, hist=None, weights=None):  # pragma: no cover
     return hist
 
 
+def _refuse_nan(n_nan):
+    """The ValueError of a histogram that met NaN values (the NumPy reference refuses them too)."""
+    if n_nan:
+        raise ValueError(
+            f"input_range='quantile': {int(n_nan)} values of X are NaN; a NaN has no "
+            "place among the quantiles. Impute or drop them first."
+        )
+
+
 def histogram_to_host(hist, n_features):  # pragma: no cover - needs a GPU
     """The host histogram (int64, or float64 sums for a weighted one; shape (n_features,
     :data:`QUANTILE_BINS`)) of :func:`column_histogram`'s accumulator ``hist``, in one copy;
-    ValueError when a value was NaN (it has no bin: the NumPy reference refuses it too)."""
+    ValueError when a value was NaN (it has no bin)."""
     host = hist.get()
-    if host[-1]:
-        raise ValueError(
-            f"input_range='quantile': {int(host[-1])} values of X are NaN; a NaN has no "
-            "place among the quantiles. Impute or drop them first."
-        )
+    _refuse_nan(host[-1])
     counts = host[:-1].reshape(int(n_features), QUANTILE_BINS)
     return counts if counts.dtype == np.float64 else counts.view(np.int64)
+
+
+def quantile_knots(hist, low, high):  # pragma: no cover - needs a GPU
+    """:func:`._encoding.quantile_knots` of :func:`column_histogram`'s accumulator ``hist``
+    on the device (``flynn_quantile_knots``, one block per feature, the same bits), over the
+    range ``[low, high]`` (host float64): host float64 (n_features, :data:`QUANTILE_KNOTS`),
+    in one copy (the histogram stays on the device); ValueError when a value was NaN."""
+    cp = get_cupy()
+    d, K, B = low.shape[0], QUANTILE_KNOTS, QUANTILE_BINS
+    width = (high - low) / B  # the reference's bin widths, computed as it does
+    levels = np.arange(K, dtype=np.float64) / (K - 1)
+    out = cp.empty(d * K + 1, dtype=cp.float64)  # the knots, then the NaN count
+    acc = "double" if hist.dtype == cp.float64 else "long long"  # uint64 counts below 2**63
+    kern = get_function("flynn", "flynn_quantile_knots", KNOT_ACC=acc, HIST_BINS=B)
+    grid = (max(1, min(d, device_limits().sm_count * 8)),)
+    args = (hist, np.int64(d), cp.asarray(low), cp.asarray(width), cp.asarray(levels), np.int32(K), out)
+    kern(grid, (KNOT_THREADS,), args)
+    host = out.get()
+    _refuse_nan(host[-1])
+    return host[:-1].reshape(d, K)
 
 
 def count(winners, labels, n_classes, n_components):  # pragma: no cover - needs a GPU
