@@ -85,13 +85,99 @@ def test_calibration_table_matches_a_manual_cross_fit(digits_split):
     np.testing.assert_allclose(clf.calibration_loss_, expected, rtol=1e-12)
 
 
+#: How close a GPU calibration table is to the CPU's: the held-out filters are raised by CUDA's
+#: pow and the softmax uses CUDA's exp and log (each within an ulp or two of the host's), and
+#: the rows are summed in another order; on these tables the gap is about 1e-15.
+TABLE_RTOL = 1e-9
+
+
+def _same_calibration(clf, ref):
+    np.testing.assert_allclose(clf.calibration_loss_, ref.calibration_loss_, rtol=TABLE_RTOL)
+    assert clf.proba_scale_ == ref.proba_scale_ and clf.held_out_hits_ == ref.held_out_hits_
+
+
 def test_calibration_is_the_same_on_both_devices(device, digits_split):
     X_train, X_test, y_train, _ = digits_split
     ref = _small(device="cpu").fit(X_train, y_train)
     clf = _small(device=device).fit(X_train, y_train)
-    assert np.array_equal(clf.calibration_loss_, ref.calibration_loss_)
-    assert clf.proba_scale_ == ref.proba_scale_ and clf.held_out_hits_ == ref.held_out_hits_
+    _same_calibration(clf, ref)
     np.testing.assert_allclose(to_host(clf.predict_proba(X_test)), ref.predict_proba(X_test), rtol=1e-12)
+    if device == "cpu":  # the reference, bit for bit from the same steps
+        assert np.array_equal(clf.calibration_loss_, ref.calibration_loss_)
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        dict(decay="count", gamma=0.5),
+        dict(class_weight="balanced"),
+        dict(class_weight={0: 3.0, 4: 0.5}, input_range=(0, 16)),
+    ],
+    ids=["count", "balanced", "dict"],
+)
+def test_calibration_filters_follow_decay_and_class_weight_on_both_devices(device, digits_split, params):
+    X_train, _, y_train, _ = digits_split
+    ref = _small(device="cpu", **params).fit(X_train, y_train)
+    clf = _small(device=device, **params).fit(X_train, y_train)
+    _same_calibration(clf, ref)
+    # the held-out filters are the decay's and the class weights' (a table without them differs)
+    plain = _small(device="cpu", input_range=params.get("input_range", "quantile")).fit(X_train, y_train)
+    assert not np.allclose(ref.calibration_loss_, plain.calibration_loss_, rtol=1e-6)
+
+
+def test_weighted_and_streamed_calibration_on_both_devices(device, digits_split):
+    X_train, _, y_train, _ = digits_split
+    w = np.where(np.arange(len(y_train)) % 9 == 0, 0.0, 0.25 + np.arange(len(y_train)) % 4 * 0.625)
+    ref = _small(device="cpu").fit(X_train, y_train, sample_weight=w)
+    clf = _small(device=device).fit(X_train, y_train, sample_weight=w)
+    _same_calibration(clf, ref)
+    assert ref.held_out_hits_[1] == pytest.approx(w[w > 0].sum(), rel=1e-15)
+    # a stream: each later batch scored by the model before it (partial_fit's held-out table)
+    params = dict(input_range=(0, 16))
+    ref, clf = _small(device="cpu", **params), _small(device=device, **params)
+    for part in np.array_split(np.arange(len(y_train)), 3):
+        ref.partial_fit(X_train[part], y_train[part], classes=np.arange(10), sample_weight=w[part])
+        clf.partial_fit(X_train[part], y_train[part], classes=np.arange(10), sample_weight=w[part])
+        _same_calibration(clf, ref)
+
+
+def test_fit_calibrates_on_the_winners_it_counted(device, rng):
+    """fit keeps the calibration rows' winners from its counting pass (every 2nd row of
+    20,000, over batches of 777 rows): the table of hashing those rows again."""
+    from sknn_gpu.fly._calibration import loss_table
+
+    X = rng.normal(size=(20000, 6)) + np.repeat(rng.normal(size=(4, 6)) * 0.7, 5000, axis=0)
+    y = np.repeat(np.arange(4), 5000)
+    clf = FlyNNClassifier(n_components=1024, k=16, batch_size=777, random_state=0, device=device).fit(X, y)
+    Xv = clf._validate_X(X, reset=False)
+    table, hits = loss_table(clf, Xv, y)
+    assert np.array_equal(clf.calibration_loss_, table) and clf.held_out_hits_ == hits
+    assert hits[1] == len(calibration_rows(20000)) == 10000  # every 2nd row
+    ref = FlyNNClassifier(n_components=1024, k=16, random_state=0, device="cpu").fit(X, y)
+    _same_calibration(clf, ref)
+
+
+def test_counting_keeps_the_winners_of_any_rows(device, rng):
+    from sknn_gpu.fly._calibration import calibration_winners
+
+    X, y = rng.normal(size=(50, 5)), np.arange(50) % 3
+    clf = FlyNNClassifier(n_components=256, k=8, batch_size=16, random_state=0, device=device).fit(X, y)
+    Xv = clf._validate_X(X, reset=False)
+    for keep in ([0, 3, 4, 10, 31, 32, 49], [5, 21, 37], [17], [], list(range(0, 50, 7))):
+        keep = np.asarray(keep, dtype=np.int64)
+        counts, winners = clf._count(Xv, y, keep=keep)
+        assert np.array_equal(to_host(counts), to_host(clf.counts_))
+        expected = to_host(calibration_winners(clf, Xv[keep])) if keep.size else np.empty((0, 8))
+        assert winners.shape == (keep.size, 8) and np.array_equal(to_host(winners), expected)
+
+
+def test_calibration_of_fewer_rows_than_folds(device):
+    X = np.array([[0.0, 1.0], [1.0, 0.0], [0.9, 0.1], [0.1, 0.8]])
+    y = np.array([0, 1, 1, 0])
+    ref = FlyNNClassifier(n_components=64, k=4, random_state=0, device="cpu").fit(X, y)
+    clf = FlyNNClassifier(n_components=64, k=4, random_state=0, device=device).fit(X, y)
+    assert ref.held_out_hits_[1] == 4 and np.all(np.isfinite(ref.calibration_loss_))
+    _same_calibration(clf, ref)
 
 
 def test_partial_fit_adds_each_batch_scored_by_the_model_before_it(digits_split):
@@ -277,3 +363,170 @@ def test_quantile_federated_and_dask_fits_equal_the_pooled_fit(dask_client):
     assert np.array_equal(lazy.input_quantiles_, eager.input_quantiles_)
     assert np.array_equal(lazy.calibration_loss_, eager.calibration_loss_)
     assert lazy.held_out_hits_ == eager.held_out_hits_
+
+
+# --------------------------------------------------------------------------- #
+# The quantiles' histogram on both devices (flynn_column_histogram on a GPU)    #
+# --------------------------------------------------------------------------- #
+
+
+def _histogram_of(device, X, low, high, weights=None, batch_size=8192, on_device=True, what="histogram"):
+    """``_flynn_batches.histogram`` (or ``.quantiles``: ``what``) of ``X`` by an estimator on
+    ``device`` over [low, high] (``on_device``: CuPy ``X`` for a cuda estimator, else the host
+    array, moved batch by batch)."""
+    from types import SimpleNamespace
+
+    from sknn_gpu.fly import _flynn_batches
+
+    est = SimpleNamespace(
+        device_=device,
+        input_low_=np.asarray(low, dtype=np.float64),
+        input_high_=np.asarray(high, dtype=np.float64),
+        batch_size=batch_size,
+    )
+    if device == "cuda" and on_device:
+        import cupy as cp
+
+        X = cp.asarray(X)
+    return getattr(_flynn_batches, what)(est, X, weights)
+
+
+def _histogram_by_feature(X, low, high, weights=None):
+    """The bins of column_histogram's docstring, one feature at a time: floor((x - low) / span
+    * 4096) clipped to [0, 4095], in float64 (a constant feature: span 1)."""
+    from sknn_gpu.fly._encoding import QUANTILE_BINS as B
+
+    X = np.asarray(X).astype(np.float64)
+    out = np.zeros((X.shape[1], B), dtype=np.int64 if weights is None else np.float64)
+    for j in range(X.shape[1]):
+        span = high[j] - low[j] if high[j] - low[j] > 0 else 1.0
+        b = np.clip(np.floor((X[:, j] - low[j]) / span * float(B)), 0, B - 1).astype(np.int64)
+        out[j] = np.bincount(b, weights=weights, minlength=B)
+    return out
+
+
+def _awkward_columns(rng, n):
+    """Float64 columns that test the bin formula: values on the range's ends and on bin edges,
+    beyond a given range, a constant column, a subnormal range, negatives and -0.0."""
+    low = np.array([-3.0, 0.0, 7.5, 0.0, -1.0, 2.0, 0.0])
+    high = np.array([5.0, 1.0, 7.5, 1e-320, 1.0, 2.0 + 2.0**-30, 255.0])
+    edges = low[0] + (high[0] - low[0]) * rng.integers(0, 4097, n) / 4096.0  # on bin edges
+    cols = [
+        np.where(rng.random(n) < 0.2, rng.choice([-3.0, 5.0], n), edges),
+        rng.random(n) * 1.4 - 0.2,  # beyond [0, 1] on both sides: clipped to the end bins
+        np.full(n, 7.5),  # constant: bin 0
+        rng.integers(0, 11, n) * 1e-321,  # a subnormal range, values on and past it
+        np.where(rng.random(n) < 0.5, -0.0, rng.uniform(-1, 1, n)),
+        2.0 + rng.integers(0, 2**20, n) * 2.0**-50,  # a tiny range in the middle of the line
+        np.floor(rng.random(n) * 256.0),  # pixel values, many repeats
+    ]
+    return np.column_stack(cols), low, high
+
+
+def test_histogram_bins_are_the_reference_on_awkward_data(device, rng):
+    X, low, high = _awkward_columns(rng, 3000)
+    hist = _histogram_of(device, X, low, high)
+    assert hist.dtype == np.int64 and hist.shape == (X.shape[1], 4096)
+    assert np.array_equal(hist, _histogram_by_feature(X, low, high))
+    assert np.array_equal(hist.sum(axis=1), [3000] * X.shape[1])
+    assert hist[2, 0] == 3000 and hist[1, 0] > 300 and hist[1, 4095] > 300  # constant; clipped ends
+    # float32 input (the bins of its float64 values), F-ordered and strided copies too
+    X32 = (X[:, [0, 1, 4, 6]] * 0.999).astype(np.float32)
+    lo, hi = X32.min(axis=0).astype(np.float64), X32.max(axis=0).astype(np.float64)
+    ref = _histogram_by_feature(X32, lo, hi)
+    assert np.array_equal(_histogram_of(device, X32, lo, hi), ref)
+    assert np.array_equal(_histogram_of(device, np.asfortranarray(X32), lo, hi), ref)
+    wide = np.repeat(X32, 2, axis=1)
+    assert np.array_equal(_histogram_of(device, wide[:, ::2], lo, hi), ref)
+
+
+def test_histogram_of_wide_tables_many_rows_and_batches(device, rng):
+    # 1,003 features (not a multiple of any block's features)
+    X = rng.normal(size=(500, 1003)).astype(np.float32)
+    X[:, 5] = 1.0
+    low, high = X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64)
+    assert np.array_equal(_histogram_of(device, X, low, high), _histogram_by_feature(X, low, high))
+    # 70,000 rows of 3 features: several slices of rows per feature, in one launch or in
+    # batches of 9,000 host rows moved to the GPU one at a time (the counts add up)
+    X = np.c_[rng.lognormal(sigma=2.0, size=70000), rng.normal(size=70000), rng.integers(0, 9, 70000)]
+    low, high = X.min(axis=0), X.max(axis=0)
+    ref = _histogram_by_feature(X, low, high)
+    assert np.array_equal(_histogram_of(device, X, low, high), ref)
+    assert np.array_equal(_histogram_of(device, X, low, high, batch_size=9000, on_device=False), ref)
+    assert np.array_equal(_histogram_of(device, X[::-1], low, high), ref)  # rows in reverse
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.bool_])
+def test_histogram_of_integer_inputs(device, rng, dtype):
+    info = np.iinfo(dtype) if dtype is not np.bool_ else None
+    if dtype is np.int64:  # beyond 2**53: converted to float64 with rounding, as astype does
+        X = rng.integers(2**60, 2**60 + 2**12, size=(2000, 3), dtype=np.int64)
+        X[:, 2] = rng.integers(info.min, info.max, 2000, dtype=np.int64)
+    elif dtype is np.bool_:
+        X = rng.random((2000, 3)) < 0.3
+    else:
+        X = rng.integers(info.min, int(info.max) + 1, size=(2000, 3)).astype(dtype)
+    low, high = X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64)
+    hist = _histogram_of(device, X, low, high)
+    assert np.array_equal(hist, _histogram_by_feature(X, low, high))
+    assert np.array_equal(hist.sum(axis=1), [2000] * 3)
+
+
+def test_weighted_histogram_sums_the_weights_exactly(device, rng):
+    from sknn_gpu.fly._weights import check_sample_weight
+
+    X, low, high = _awkward_columns(rng, 20000)
+    w = check_sample_weight(rng.random(20000) * 3.0, 20000)  # on the grid of 2**-20
+    w[::7] = np.floor(w[::7] * 1000.0)  # some large whole weights
+    hist = _histogram_of(device, X, low, high, weights=w)
+    assert hist.dtype == np.float64
+    assert np.array_equal(hist, _histogram_by_feature(X, low, high, weights=w))
+    batches = _histogram_of(device, X, low, high, weights=w, batch_size=3000, on_device=False)
+    assert np.array_equal(batches, hist)
+    np.testing.assert_allclose(hist.sum(axis=1), w.sum(), rtol=1e-15)
+
+
+def test_histogram_refuses_nan_as_the_reference_does(device, rng):
+    X = rng.random((300, 4))
+    X[17, 2] = np.nan
+    with pytest.raises(ValueError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # NumPy's cast of NaN to an index
+        _histogram_of(device, X, np.zeros(4), np.ones(4))
+
+
+def test_quantiles_of_the_histogram_on_both_devices(device, rng):
+    """On a GPU the quantiles are taken from the histogram there (one block per feature):
+    the bits of quantile_knots, weighted too; only they come back."""
+    from sknn_gpu.fly._encoding import QUANTILE_KNOTS, quantile_knots
+    from sknn_gpu.fly._weights import check_sample_weight
+
+    X, low, high = _awkward_columns(rng, 5000)
+    for weights in (None, check_sample_weight(rng.random(5000) * 2.0, 5000)):
+        knots = _histogram_of(device, X, low, high, weights, what="quantiles")
+        expected = quantile_knots(_histogram_by_feature(X, low, high, weights), low, high)
+        assert knots.shape == (X.shape[1], QUANTILE_KNOTS) and np.array_equal(knots, expected)
+        assert np.all(knots[2] == 7.5) and np.all(np.diff(knots, axis=1) >= 0)
+    X = rng.lognormal(sigma=2.0, size=(3000, 300)).astype(np.float32)
+    low, high = X.min(axis=0).astype(np.float64), X.max(axis=0).astype(np.float64)
+    knots = _histogram_of(device, X, low, high, batch_size=1000, on_device=False, what="quantiles")
+    assert np.array_equal(knots, quantile_knots(_histogram_by_feature(X, low, high), low, high))
+    X[5, 7] = np.nan
+    with pytest.raises(ValueError), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        _histogram_of(device, X, low, high, what="quantiles")
+
+
+def test_weighted_quantile_fit_is_the_same_on_both_devices(device, rng):
+    X = np.c_[rng.lognormal(size=(700, 3)), rng.integers(0, 5, (700, 2))].astype(np.float32)
+    y = (X[:, 0] > np.median(X[:, 0])).astype(int) + 2 * (X[:, 3] > 1)
+    w = rng.random(700) * 2.0
+    params = dict(input_range="quantile", n_components=2048, k=32, random_state=0)
+    ref = FlyNNClassifier(**params, device="cpu").fit(X, y, sample_weight=w)
+    Xd = X
+    if device == "cuda":
+        import cupy as cp
+
+        Xd = cp.asarray(X)
+    clf = FlyNNClassifier(**params, device=device).fit(Xd, y, sample_weight=w)
+    assert np.array_equal(clf.input_quantiles_, ref.input_quantiles_)
+    assert np.array_equal(to_host(clf.counts_), ref.counts_)

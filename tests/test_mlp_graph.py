@@ -89,9 +89,9 @@ def test_batch_sizes_full_partial_and_one_batch(data, graph_runs, batch_size):
     """Many steps per graph and a remainder (2), a partial last batch (40), an exact split
     (43), the whole set as one batch (430) and a batch larger than the set (clipped)."""
     X, y = data
-    params = dict(hidden_layer_sizes=(16,), batch_size=batch_size, max_iter=2, random_state=0)
+    params = dict(hidden_layer_sizes=(16,), batch_size=batch_size, max_iter=12, random_state=0)
     _same(_fit("cpu", params, X, y), _fit("cuda", params, X, y), rtol=1e-7)
-    assert graph_runs
+    assert graph_runs  # 12 epochs: enough steps planned to capture even one batch an epoch
 
 
 def test_no_shuffle_and_multilabel(graph_runs):
@@ -128,10 +128,22 @@ def test_warm_start_and_partial_fit_continue_the_optimizer(data, graph_runs):
     for device in ("cpu", "cuda"):
         clf = _fit(device, params, X, y)
         clf.fit(X, y)  # continues: Adam's step count and moments carry over
-        clf.partial_fit(X[:100], y[:100])
+        clf.partial_fit(X[:100], y[:100])  # 3 steps: launched one by one, after graph epochs
         models[device] = clf
     _same(models["cpu"], models["cuda"], rtol=1e-7)
-    assert len(graph_runs) == 5
+    assert len(graph_runs) == 4
+
+
+def test_short_partial_fit_launches_step_by_step(data, graph_runs):
+    """A partial_fit of fewer steps than GRAPH_MIN_STEPS does not capture; one of more does."""
+    X, y = data
+    clf = GPUMLPClassifier((16,), batch_size=50, random_state=0, device="cuda")
+    clf.partial_fit(X[:200], y[:200], classes=np.unique(y))  # 4 steps
+    assert graph_runs == []
+    clf.partial_fit(X, y)  # 9 steps: still short of 12
+    assert graph_runs == []
+    clf.set_params(batch_size=20).partial_fit(X, y)  # 22 steps
+    assert graph_runs == [22]
 
 
 @pytest.mark.parametrize("kw", [dict(solver="adam"), dict(solver="sgd", learning_rate_init=0.05)], ids=_id)

@@ -288,3 +288,233 @@ extern "C" __global__ void flynn_quantile_position(const QUANT_T* __restrict__ x
     }
 }
 #endif
+
+// input_range='quantile': each feature's counts over HIST_BINS equal bins of its range
+// (the NumPy reference is column_histogram in sknn_gpu/fly/_encoding.py). A value x of
+// feature j falls in bin floor((x - low[j]) / span[j] * HIST_BINS) clipped to
+// [0, HIST_BINS - 1]: x converted to double (round to nearest, as astype(float64)), then
+// one correctly rounded intrinsic per step, so the bin is the reference's. A NaN has no
+// bin (the reference refuses it): it is counted in hist[d * HIST_BINS] for the caller to
+// refuse.
+// Block (bx, by) counts the HIST_TILE features bx * HIST_TILE.. over its slice of
+// rows_per_block rows (by) into shared memory (HIST_TILE * HIST_BINS counters, dynamic),
+// then adds each non-zero counter to hist (n_features, HIST_BINS) in global memory with one
+// atomic add: integer counts (HIST_WEIGHTED 0: 32-bit counters, a slice has fewer than 2**31
+// rows) in any order are exact; weighted (HIST_WEIGHTED 1) sums of double weights on FlyNN's
+// fixed-point grid are exact in any order too (sknn_gpu/fly/_weights.py), so both give the
+// reference's numbers whatever the grid. Thread t reads feature t % HIST_TILE of every
+// (blockDim.x / HIST_TILE)-th row: a warp reads whole 32-byte sectors of adjacent rows.
+// hist accumulates over launches (batches).
+#if defined(HIST_T)
+#if HIST_WEIGHTED
+typedef double hist_bin_t;
+typedef double hist_acc_t;
+#else
+typedef unsigned int hist_bin_t;
+typedef unsigned long long hist_acc_t;
+#endif
+
+__device__ __forceinline__ unsigned int hist_add(hist_bin_t* bins, const HIST_T x, const double lo,
+                                                 const double sp, const double* __restrict__ weights,
+                                                 const long long r)
+{
+    const double f = floor(__dmul_rn(__ddiv_rn(__dsub_rn((double)x, lo), sp), (double)HIST_BINS));
+    if (isnan(f)) return 1u;
+    const int b = f < 0.0 ? 0 : (f > (double)(HIST_BINS - 1) ? HIST_BINS - 1 : (int)f);
+#if HIST_WEIGHTED
+    atomicAdd(bins + b, weights[r]);
+#else
+    (void)weights;
+    (void)r;
+    atomicAdd(bins + b, 1u);
+#endif
+    return 0u;
+}
+
+extern "C" __global__ void __launch_bounds__(1024)
+flynn_column_histogram(const HIST_T* __restrict__ x, const long long n, const long long d, const long long ldx,
+                       const double* __restrict__ low, const double* __restrict__ span,
+                       const double* __restrict__ weights, hist_acc_t* __restrict__ hist,
+                       const long long rows_per_block)
+{
+    extern __shared__ __align__(8) unsigned char hist_smem[];
+    hist_bin_t* bins = reinterpret_cast<hist_bin_t*>(hist_smem);
+    const long long j0 = (long long)blockIdx.x * HIST_TILE;
+    const int tile = (int)(d - j0 < HIST_TILE ? d - j0 : HIST_TILE);
+    const long long r0 = (long long)blockIdx.y * rows_per_block;
+    const long long r1 = n - r0 < rows_per_block ? n : r0 + rows_per_block;
+    for (int i = threadIdx.x; i < tile * HIST_BINS; i += blockDim.x) bins[i] = (hist_bin_t)0;
+    __syncthreads();
+    const int c = threadIdx.x % HIST_TILE;
+    const long long step = blockDim.x / HIST_TILE;
+    unsigned int nans = 0;
+    if (c < tile) {
+        const double lo = low[j0 + c], sp = span[j0 + c];
+        hist_bin_t* own = bins + c * HIST_BINS;
+        const HIST_T* col = x + j0 + c;
+        long long r = r0 + threadIdx.x / HIST_TILE;
+        for (; r + 3 * step < r1; r += 4 * step) {  // four loads in flight before the adds
+            HIST_T v[4];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) v[u] = col[(r + u * step) * ldx];
+#pragma unroll
+            for (int u = 0; u < 4; ++u) nans += hist_add(own, v[u], lo, sp, weights, r + u * step);
+        }
+        for (; r < r1; r += step) nans += hist_add(own, col[r * ldx], lo, sp, weights, r);
+    }
+    __syncthreads();
+    hist_acc_t* out = hist + j0 * HIST_BINS;  // the tile's bins are contiguous in hist too
+    for (int i = threadIdx.x; i < tile * HIST_BINS; i += blockDim.x) {
+        const hist_bin_t v = bins[i];
+        if (v != (hist_bin_t)0) atomicAdd(out + i, (hist_acc_t)v);
+    }
+    if (nans) atomicAdd(hist + d * HIST_BINS, (hist_acc_t)nans);
+}
+#endif
+
+// ---------------------------------------------------------------------------------
+// predict_proba's calibration (the NumPy reference is sknn_gpu/fly/_calibration.py).
+
+// flynn_novelty for the rows start, start + step, ... (n_rows of them) of winners, written
+// to the same rows of novelty: the same sums in the same order. Fold f of the calibration
+// (rows f, f + 5, ...) is scored by the filters of the counts without it, one launch per fold.
+extern "C" __global__ void flynn_novelty_rows(const int* __restrict__ winners,
+                                              const double* __restrict__ filtersT,
+                                              double* __restrict__ novelty,
+                                              const long long n_rows,
+                                              const int k,
+                                              const int n_classes,
+                                              const long long start,
+                                              const long long step)
+{
+    const long long total = n_rows * (long long)n_classes;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (long long)blockDim.x * gridDim.x) {
+        const long long i = t / n_classes;
+        const int l = (int)(t - i * n_classes);
+        const long long r = start + i * step;
+        const int* w = winners + r * k;
+        double s = 0.0;
+        for (int j = 0; j < k; ++j) {
+            s = __dadd_rn(s, filtersT[(long long)w[j] * n_classes + l]);
+        }
+        novelty[r * n_classes + l] = s;
+    }
+}
+
+// The held-out log-loss of softmax(-novelty * s / k) for every candidate scale, per row:
+// thread (c, i) writes out[c * n + i]. For c < n_scales, with t = scales[c] (s / k) and
+// the gaps g_l = novelty[i, l] - min_l novelty[i, l]: w_i * (log(sum_l exp(-g_l * t)) +
+// g_y * t), y = labels[i], w_i = weights[i] (1 when weights is null), the reference's
+// steps (z = -g * t; the sum over the classes in order; exp and log within an ulp of the
+// host's). Row c = n_scales: w_i when the least novel class (the lowest index on ties, as
+// numpy.argmin) is y, else 0. The caller sums each row of out (a fixed order).
+extern "C" __global__ void flynn_calibration_losses(const double* __restrict__ novelty,
+                                                    const int* __restrict__ labels,
+                                                    const double* __restrict__ weights,
+                                                    const double* __restrict__ scales,
+                                                    const int n_scales,
+                                                    const long long n,
+                                                    const int n_classes,
+                                                    double* __restrict__ out)
+{
+    const long long total = (long long)(n_scales + 1) * n;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (long long)blockDim.x * gridDim.x) {
+        const int c = (int)(t / n);
+        const long long i = t - (long long)c * n;
+        const double* nv = novelty + i * n_classes;
+        const int y = labels[i];
+        const double w = weights == nullptr ? 1.0 : weights[i];
+        double least = nv[0];
+        int arg = 0;
+        for (int l = 1; l < n_classes; ++l) {
+            if (nv[l] < least) {
+                least = nv[l];
+                arg = l;
+            }
+        }
+        if (c == n_scales) {
+            out[t] = arg == y ? w : 0.0;
+            continue;
+        }
+        const double ts = scales[c];
+        double sum = 0.0, zy = 0.0;
+        for (int l = 0; l < n_classes; ++l) {
+            const double z = __dmul_rn(-__dsub_rn(nv[l], least), ts);
+            sum = __dadd_rn(sum, exp(z));
+            if (l == y) zy = z;
+        }
+        out[t] = __dmul_rn(w, __dsub_rn(log(sum), zy));
+    }
+}
+
+// input_range='quantile': the K quantiles of each feature from its histogram (the NumPy
+// reference is quantile_knots in sknn_gpu/fly/_encoding.py), one block per feature.
+// KNOT_ACC is the histogram's type: long long counts (their cumulative sums are exact
+// integers, as the reference's float64 ones are below 2**53) or double weighted sums (on
+// FlyNN's fixed-point grid every partial sum is exact, so any order gives the reference's).
+// The block scans the feature's HIST_BINS bins into shared memory (each thread 16
+// consecutive bins, then the threads' totals), then level q's quantile is, as in the
+// reference: target = levels[q] * total; b = the first bin whose cumulative count reaches
+// target (numpy.searchsorted, side='left'), at most HIST_BINS - 1; frac = (target - (cum[b]
+// - h[b])) / h[b] (h[b] = 0: over 1) clipped to [0, 1]; low + (b + frac) * width; low when
+// the total or the width is 0. One correctly rounded intrinsic per step. n_nan (the
+// histogram kernel's NaN count) is copied to knots[d * K] so that one copy brings both.
+#if defined(KNOT_ACC)
+#define KNOT_THREADS 256
+extern "C" __global__ void __launch_bounds__(KNOT_THREADS)
+flynn_quantile_knots(const KNOT_ACC* __restrict__ hist, const long long d, const double* __restrict__ low,
+                     const double* __restrict__ width, const double* __restrict__ levels, const int K,
+                     double* __restrict__ knots)
+{
+    __shared__ KNOT_ACC cum[HIST_BINS];
+    __shared__ KNOT_ACC part[KNOT_THREADS];
+    const int per = HIST_BINS / KNOT_THREADS;
+    const int b0 = threadIdx.x * per;
+    if (blockIdx.x == 0 && threadIdx.x == 0) knots[d * K] = (double)hist[d * HIST_BINS];
+    for (long long j = blockIdx.x; j < d; j += gridDim.x) {
+        const KNOT_ACC* h = hist + j * HIST_BINS;
+        KNOT_ACC s = 0;
+        for (int i = 0; i < per; ++i) {
+            s += h[b0 + i];
+            cum[b0 + i] = s;
+        }
+        part[threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) {  // the threads' offsets, in order
+            KNOT_ACC a = 0;
+            for (int t = 0; t < KNOT_THREADS; ++t) {
+                const KNOT_ACC v = part[t];
+                part[t] = a;
+                a += v;
+            }
+        }
+        __syncthreads();
+        const KNOT_ACC offset = part[threadIdx.x];
+        for (int i = 0; i < per; ++i) cum[b0 + i] += offset;
+        __syncthreads();
+        const double total = (double)cum[HIST_BINS - 1];
+        const double lo_j = low[j], width_j = width[j];
+        for (int q = threadIdx.x; q < K; q += KNOT_THREADS) {
+            double out = lo_j;
+            if (total != 0.0 && width_j != 0.0) {
+                const double target = __dmul_rn(levels[q], total);
+                int lo = 0, hi = HIST_BINS;  // the first bin whose cumulative count is >= target
+                while (lo < hi) {
+                    const int mid = (lo + hi) >> 1;
+                    if ((double)cum[mid] < target) lo = mid + 1; else hi = mid;
+                }
+                const int b = lo < HIST_BINS - 1 ? lo : HIST_BINS - 1;
+                const double hb = (double)h[b];
+                const double before = __dsub_rn((double)cum[b], hb);
+                double frac = __ddiv_rn(__dsub_rn(target, before), hb > 0.0 ? hb : 1.0);
+                frac = frac < 0.0 ? 0.0 : (frac > 1.0 ? 1.0 : frac);
+                out = __dadd_rn(lo_j, __dmul_rn(__dadd_rn((double)b, frac), width_j));
+            }
+            knots[j * K + q] = out;
+        }
+        __syncthreads();  // cum and part are read before the next feature overwrites them
+    }
+}
+#endif

@@ -19,8 +19,13 @@ without a second fit.
 
 A table is a sum over rows, so tables add up: a stream of ``partial_fit`` calls adds each
 batch's table (the batch scored by the model before it), and a federated merge adds the
-parties'. The losses are computed on the host in float64 from novelties that are
-bit-identical on both devices, so CPU and GPU models pick the same scale.
+parties'. On the CPU the losses are computed in float64 fold by fold (the reference). On a
+GPU the whole calibration stays there until its table (45 sums and the held-out hits) comes
+back in one copy: the held-out models' filters are raised to their exponents by CUDA's
+``pow`` (the exponents are the host's bit for bit, the powers may differ in the last bit or
+two) and the softmax's exp and log are CUDA's, so the table agrees with the CPU's to about
+1e-12 relative and the same scale is picked (a batch of ``partial_fit`` is scored with the
+model's own filters: the same novelties as on the CPU).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from .._backend import take_rows, to_device, to_host
+from . import _flynn_cuda
 from ._flynn_engine import engine
 
 __all__ = [
@@ -129,9 +135,11 @@ def loss_table(est, X, y_idx, weights=None):
 def cross_fit(est, winners, yc, wc=None):
     """:func:`loss_table` from the calibration rows' ``winners`` (int32 (n, k), NumPy or on
     ``device_``), their labels ``yc`` (host ints) and weights ``wc`` (host or None), in the
-    order of the rows: the folds go by position."""
+    order of the rows: the folds go by position (row ``i`` is in fold ``i % 5``)."""
     winners = to_device(winners, est.device_)
     yc = np.asarray(yc)
+    if est.device_ == "cuda":
+        return _cross_fit_cuda(est, winners, yc, wc)
     fold = np.arange(len(yc)) % CALIBRATION_FOLDS
     table = np.zeros(len(SCALE_GRID))
     correct = total = 0.0
@@ -148,6 +156,34 @@ def cross_fit(est, winners, yc, wc=None):
     return table, (correct, total)
 
 
+def _cross_fit_cuda(est, winners, yc, wc):  # pragma: no cover - needs a GPU
+    """:func:`cross_fit` on the GPU, with one copy to the host: per fold, its counts, the
+    held-out table and its filters (:meth:`FlyNNClassifier._filters_of` on the device) and
+    its rows' novelties, launched one after the other; then the losses of every row and
+    scale in one kernel (:func:`._flynn_cuda.calibration_losses`)."""
+    xp = est._xp
+    n = len(yc)
+    winners = xp.ascontiguousarray(winners, dtype=xp.int32)
+    labels = xp.asarray(yc.astype(np.int32))
+    weights = None if wc is None else xp.asarray(np.asarray(wc, dtype=np.float64))
+    novelty = xp.empty((n, len(est.classes_)), dtype=xp.float64)
+    for f in range(min(CALIBRATION_FOLDS, n)):
+        rows = slice(f, None, CALIBRATION_FOLDS)
+        fold_weights = None if weights is None else weights[rows]
+        counts = est.counts_ - _fold_counts(est, winners[rows], labels[rows], fold_weights)
+        filters_t = xp.ascontiguousarray(est._filters_of(counts, on_device=True).T)
+        _flynn_cuda.novelty_rows(winners, filters_t, novelty, f, CALIBRATION_FOLDS)
+    return _device_losses(est, novelty, labels, weights, wc, n)
+
+
+def _device_losses(est, novelty, labels, weights, wc, n):  # pragma: no cover - needs a GPU
+    """``(losses, (correct, total))`` of :func:`_losses` from device novelties: the one copy
+    to the host of a calibration on the GPU."""
+    sums = to_host(_flynn_cuda.calibration_losses(novelty, labels, weights, SCALE_GRID / est.k_))
+    total = float(n) if wc is None else float(np.asarray(wc, dtype=np.float64).sum())
+    return sums[:-1], (float(sums[-1]), total)
+
+
 def held_out_table(est, X, y_idx, weights=None):
     """The calibration of a ``partial_fit`` batch: its rows (at most
     :data:`CALIBRATION_ROWS`) scored by the model before the batch, ``(table, accuracy)``
@@ -158,6 +194,12 @@ def held_out_table(est, X, y_idx, weights=None):
 def held_out(est, winners, yc, wc=None):
     """:func:`held_out_table` from the calibration rows' ``winners``, labels and weights."""
     winners = to_device(winners, est.device_)
+    if est.device_ == "cuda":  # the model's own filters (computed on the host), already there
+        xp = est._xp
+        novelty = engine("cuda").novelty(winners, est._device_copy("_filters_t"))
+        labels = xp.asarray(np.asarray(yc).astype(np.int32))
+        weights = None if wc is None else xp.asarray(np.asarray(wc, dtype=np.float64))
+        return _device_losses(est, novelty, labels, weights, wc, len(yc))
     losses, hits = _losses(_novelty_of(est, winners, est.counts_), yc, wc, est.k_)
     return losses, (hits, float(len(yc)) if wc is None else float(np.asarray(wc).sum()))
 

@@ -42,7 +42,7 @@ from .._sklearn_compat import Interval, StrOptions, _fit_context, check_partial_
 from .._typing import Array, ArrayLike
 from ..base import DeviceClassifierMixin, DeviceMixin, keeps_model, reject_time_dtypes, validates_params
 from . import _counts_io, _fly_dask, _flynn_batches, _weights
-from ._calibration import check_class_information, held_out_table, loss_table, scale_of
+from ._calibration import calibration_rows, check_class_information, cross_fit, held_out, scale_of
 from ._common import (
     HASH_PARAMS,
     check_fitted_params,
@@ -561,7 +561,8 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                 self.input_quantiles_ = np.array(knots, dtype=np.float64)
                 return
             if histogram is None:  # each row counts its weight, as a repeated row would
-                histogram = _flynn_batches.histogram(self, X, weights)
+                self.input_quantiles_ = _flynn_batches.quantiles(self, X, weights)
+                return
             self.input_quantiles_ = quantile_knots(np.asarray(histogram), self.input_low_, self.input_high_)
 
     def _encode(self, Xb):
@@ -605,15 +606,22 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self.counts_ = counts
         self._install_filters(filters)
 
-    def _filters_of(self, counts):
+    def _filters_of(self, counts, on_device=False):
         """The Fly Bloom filters (host float64) of the count table ``counts``: ``gamma`` to
-        the decay's exponent, times each class's ``class_weight`` factor when there is one."""
-        counts = to_host(counts)
+        the decay's exponent, times each class's ``class_weight`` factor when there is one.
+
+        ``on_device``: the filters of a CuPy ``counts`` computed where it is (the held-out
+        models of the calibration): the same exponents bit for bit, raised by CUDA's ``pow``,
+        which may differ from the host's in the last bit or two (the model's own filters,
+        read by prediction, always come from the host)."""
+        if not on_device:
+            counts = to_host(counts)
+        xp = array_module(counts)
         exponent = self._decay_exponent(counts)
         factors = _weights.class_factors(getattr(self, "class_weight", None), self.classes_, counts)
         if factors is not None:
-            exponent = exponent * factors[:, None]
-        return np.power(np.float64(self.gamma), exponent)
+            exponent = exponent * xp.asarray(factors)[:, None]
+        return xp.power(np.float64(self.gamma), exponent)
 
     def _install_filters(self, filters):
         """Set ``filters_`` (on ``device_``) and ``_filters_t``, the transposed filters
@@ -675,11 +683,12 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """The exponent of ``gamma`` per class and cell (host float64): the counts under
         ``decay='count'``, else each count over its class's mean count,
         ``z_l[i] * m / sum_j z_l[j]`` (a class that used no cell keeps its zeros)."""
-        z = np.asarray(counts, dtype=np.float64)
+        xp = array_module(counts)
+        z = xp.asarray(counts, dtype=xp.float64)
         if getattr(self, "decay", "count") == "count":
             return z
-        total = z.sum(axis=1, keepdims=True)
-        return z * z.shape[1] / np.where(total > 0, total, 1.0)
+        total = z.sum(axis=1, keepdims=True)  # integers, or multiples of 2**-20: exact in any order
+        return z * z.shape[1] / xp.where(total > 0, total, 1.0)
 
     def _forget(self):
         """Drop every fitted attribute and cache: a fit that fails leaves the estimator unfitted."""
@@ -710,10 +719,19 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         (:func:`._flynn_batches.batch_winners`)."""
         return _flynn_batches.batch_winners(self, X, bar)
 
-    def _count(self, X, y_idx, bar=None, weights=None):
+    def _count(self, X, y_idx, bar=None, weights=None, keep=None):
         """Counts (n_classes, m) of the winners of ``X`` per class (each weighted by its row's
-        ``weights`` when given), a new array on ``device_`` (:func:`._flynn_batches.count`)."""
-        return _flynn_batches.count(self, X, y_idx, bar, weights)
+        ``weights`` when given), a new array on ``device_`` (:func:`._flynn_batches.count`);
+        with ``keep`` (host row indices) ``(counts, winners of those rows)``."""
+        return _flynn_batches.count(self, X, y_idx, bar, weights, keep)
+
+    def _count_and_calibration_set(self, X, y_idx, bar=None, weights=None):
+        """``(counts, (winners, labels, weights))``: the counts of :meth:`_count` and the
+        calibration rows of ``X`` (:func:`._calibration.calibration_rows`) with their winners,
+        kept from the counting pass (the rows are hashed once)."""
+        rows = calibration_rows(X.shape[0])
+        counts, winners = self._count(X, y_idx, bar, weights, keep=rows)
+        return counts, (winners, np.asarray(y_idx)[rows], None if weights is None else weights[rows])
 
     def _weighted_rows(self, X, y, sample_weight):
         """``(X, y, weights)`` with the rows of weight 0 left out (a sample of weight 0 is as
@@ -781,8 +799,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self._init_model(X.shape[1], X.shape[0])  # the size check first: nothing is allocated before it
         self._set_input_range(X=X, weights=weights)
         bar = self._progress("fit", X.shape[0])
-        self._set_counts(self._count(X, y_idx, bar, weights))
-        self._set_calibration(*loss_table(self, X, y_idx, weights))
+        counts, calibration_set = self._count_and_calibration_set(X, y_idx, bar, weights)
+        self._set_counts(counts)
+        self._set_calibration(*cross_fit(self, *calibration_set))
         bar.close(samples=X.shape[0], classes=len(self.classes_))
         return self
 
@@ -846,9 +865,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if not first:  # the model changes only once the new counts are complete
             self._check_size("partial_fit", X.shape[0])
             bar = self._progress("partial_fit", X.shape[0])
-            total = self.counts_ + self._count(X, y_idx, bar, weights)
+            counts, calibration_set = self._count_and_calibration_set(X, y_idx, bar, weights)
+            total = self.counts_ + counts
             _weights.check_exact(total, "partial_fit")
-            table, hits = held_out_table(self, X, y_idx, weights)  # the batch, by the model before it
+            table, hits = held_out(self, *calibration_set)  # the batch, by the model before it
             self._set_counts(total)
             self._add_calibration(table, hits)
             bar.close(samples=X.shape[0])
@@ -856,8 +876,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         self._init_model(X.shape[1], X.shape[0], caller="partial_fit")
         self._set_input_range(X=X, weights=weights)
         bar = self._progress("partial_fit", X.shape[0])
-        self._set_counts(self._count(X, y_idx, bar, weights))
-        self._set_calibration(*loss_table(self, X, y_idx, weights))
+        counts, calibration_set = self._count_and_calibration_set(X, y_idx, bar, weights)
+        self._set_counts(counts)
+        self._set_calibration(*cross_fit(self, *calibration_set))
         bar.close(samples=X.shape[0])
         return self
 

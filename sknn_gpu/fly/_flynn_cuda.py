@@ -15,6 +15,8 @@ import numpy as np
 from .._backend import device_limits, get_cupy
 from .._kernels import get_function
 from ._encoding import (
+    QUANTILE_BINS,
+    QUANTILE_KNOTS,
     RECEPTOR_SPREAD,
     THERMOMETER_SLOPE,
     THERMOMETER_THRESHOLDS,
@@ -130,6 +132,126 @@ def quantile_position(X, knots):  # pragma: no cover - needs a GPU
     return out
 
 
+#: ``column_histogram``: threads per block, and the fewest rows a block counts (its bins are
+#: zeroed and flushed once per block, so a block reads at least about as many values as it
+#: has bins).
+HIST_THREADS = 1024
+HIST_MIN_ROWS = 8192
+#: ``quantile_knots``: threads per block (one block per feature; ``flynn.cu``'s KNOT_THREADS).
+KNOT_THREADS = 256
+#: The C type the histogram kernel reads for each NumPy dtype (any other is made float64).
+_HIST_TYPES = {
+    "float32": "float",
+    "float64": "double",
+    "int8": "signed char",
+    "int16": "short",
+    "int32": "int",
+    "int64": "long long",
+    "uint8": "unsigned char",
+    "uint16": "unsigned short",
+    "uint32": "unsigned int",
+    "uint64": "unsigned long long",
+    "bool": "bool",
+}
+
+
+def column_histogram(X, low, span, hist=None, weights=None):  # pragma: no cover - needs a GPU
+    """Add the per-feature counts of the dense rows ``X`` (CuPy, any real dtype) over the
+    :data:`QUANTILE_BINS` equal bins of each feature's range to ``hist``, in one kernel
+    (``flynn.cu``: ``flynn_column_histogram``) and without a temporary per value.
+
+    ``low`` and ``span`` are float64 CuPy arrays (one entry per feature; ``span`` already 1
+    where the range is empty, as :func:`._encoding.column_histogram` makes it); ``weights``
+    (float64 CuPy, one per row, on FlyNN's fixed-point grid) or None. ``hist`` is the flat
+    accumulator of :func:`histogram_to_host` (None: a new one, zeroed): ``n_features *
+    QUANTILE_BINS`` uint64 counts (float64 sums with ``weights``) followed by the number of
+    NaN values seen. The bins are the reference's, bit for bit. Returns ``hist``.
+    """
+    cp = get_cupy()
+    n, d = X.shape
+    B = QUANTILE_BINS
+    weighted = weights is not None
+    if hist is None:
+        hist = cp.zeros(d * B + 1, dtype=cp.float64 if weighted else cp.uint64)
+    if n == 0 or d == 0:
+        return hist
+    ctype = _HIST_TYPES.get(X.dtype.name)
+    if ctype is None:
+        X, ctype = X.astype(cp.float64), "double"
+    if X.strides[1] != X.itemsize or X.strides[0] % X.itemsize:
+        X = cp.ascontiguousarray(X)
+    bin_bytes = B * (8 if weighted else 4)
+    limits = device_limits()
+    # features per block: a 32-byte sector of a row (8 float32 or 4 float64 values) as far
+    # as shared memory allows, as a power of two (few compiled variants)
+    tile = min(8, max(1, 32 // X.itemsize), max(1, limits.smem_per_block_optin // bin_bytes), d)
+    tile = 1 << (int(tile).bit_length() - 1)
+    shared = tile * bin_bytes
+    kern = get_function(
+        "flynn",
+        "flynn_column_histogram",
+        HIST_T=ctype,
+        HIST_TILE=tile,
+        HIST_BINS=B,
+        HIST_WEIGHTED=int(weighted),
+    )
+    if shared > 48 * 1024 and kern.max_dynamic_shared_size_bytes < shared:
+        kern.max_dynamic_shared_size_bytes = shared
+    col_tiles = -(-d // tile)
+    per_sm = max(1, min(limits.smem_per_sm // (shared + 1024), limits.max_threads_per_sm // HIST_THREADS))
+    # row slices: about four waves of blocks, each slice at least HIST_MIN_ROWS rows and
+    # fewer than 2**30 (its 32-bit counters cannot overflow)
+    slices = max(1, min(-(-4 * limits.sm_count * per_sm // col_tiles), n // HIST_MIN_ROWS))
+    slices = max(slices, -(-n // 2**30))
+    rows = -(-n // slices)
+    slices = -(-n // rows)
+    ldx = np.int64(X.strides[0] // X.itemsize)
+    if weighted:
+        weights = cp.ascontiguousarray(weights, dtype=cp.float64)
+    args = (X, np.int64(n), np.int64(d), ldx, low, span, weights, hist, np.int64(rows))
+    kern((col_tiles, slices), (HIST_THREADS,), args, shared_mem=shared)
+    return hist
+
+
+def _refuse_nan(n_nan):
+    """The ValueError of a histogram that met NaN values (the NumPy reference refuses them too)."""
+    if n_nan:
+        raise ValueError(
+            f"input_range='quantile': {int(n_nan)} values of X are NaN; a NaN has no "
+            "place among the quantiles. Impute or drop them first."
+        )
+
+
+def histogram_to_host(hist, n_features):  # pragma: no cover - needs a GPU
+    """The host histogram (int64, or float64 sums for a weighted one; shape (n_features,
+    :data:`QUANTILE_BINS`)) of :func:`column_histogram`'s accumulator ``hist``, in one copy;
+    ValueError when a value was NaN (it has no bin)."""
+    host = hist.get()
+    _refuse_nan(host[-1])
+    counts = host[:-1].reshape(int(n_features), QUANTILE_BINS)
+    return counts if counts.dtype == np.float64 else counts.view(np.int64)
+
+
+def quantile_knots(hist, low, high):  # pragma: no cover - needs a GPU
+    """:func:`._encoding.quantile_knots` of :func:`column_histogram`'s accumulator ``hist``
+    on the device (``flynn_quantile_knots``, one block per feature, the same bits), over the
+    range ``[low, high]`` (host float64): host float64 (n_features, :data:`QUANTILE_KNOTS`),
+    in one copy (the histogram stays on the device); ValueError when a value was NaN."""
+    cp = get_cupy()
+    d, K, B = low.shape[0], QUANTILE_KNOTS, QUANTILE_BINS
+    width = (high - low) / B  # the reference's bin widths, computed as it does
+    levels = np.arange(K, dtype=np.float64) / (K - 1)
+    out = cp.empty(d * K + 1, dtype=cp.float64)  # the knots, then the NaN count
+    acc = "double" if hist.dtype == cp.float64 else "long long"  # uint64 counts below 2**63
+    kern = get_function("flynn", "flynn_quantile_knots", KNOT_ACC=acc, HIST_BINS=B)
+    grid = (max(1, min(d, device_limits().sm_count * 8)),)
+    args = (hist, np.int64(d), cp.asarray(low), cp.asarray(width), cp.asarray(levels), np.int32(K), out)
+    kern(grid, (KNOT_THREADS,), args)
+    host = out.get()
+    _refuse_nan(host[-1])
+    return host[:-1].reshape(d, K)
+
+
 def count(winners, labels, n_classes, n_components):  # pragma: no cover - needs a GPU
     """Integer counts (n_classes, m): how often each cell wins per class (atomic adds)."""
     cp = get_cupy()
@@ -162,6 +284,37 @@ def novelty(winners, filters_t):  # pragma: no cover - needs a GPU
     args = (winners, filters_t, out, np.int64(n), np.int32(k), np.int32(n_classes))
     _launch("flynn_novelty", n * n_classes, args)
     return out
+
+
+def novelty_rows(winners, filters_t, out, start, step):  # pragma: no cover - needs a GPU
+    """:func:`novelty` of the rows ``start, start + step, ...`` of ``winners`` (int32 (n, k),
+    C-ordered), written to the same rows of ``out`` (float64 (n, n_classes)); the other rows
+    are left as they are. The same sums, in the same order (``flynn_novelty_rows``)."""
+    n, k = winners.shape
+    n_rows = max(0, -(-(n - int(start)) // int(step)))
+    n_classes = filters_t.shape[1]
+    args = (winners, filters_t, out, np.int64(n_rows), np.int32(k), np.int32(n_classes))
+    _launch("flynn_novelty_rows", n_rows * n_classes, (*args, np.int64(start), np.int64(step)))
+    return out
+
+
+def calibration_losses(novelty, labels, weights, scales):  # pragma: no cover - needs a GPU
+    """The held-out log-loss of ``softmax(-novelty * t)`` for each ``t`` of ``scales`` (the
+    candidate scales over ``k``), summed over the rows with their ``weights`` (None: 1 each),
+    then the summed weight of the rows whose least novel class is their label: a float64
+    CuPy array of ``len(scales) + 1`` values, left on the device (``flynn_calibration_losses``
+    per row and scale, then one sum per scale in a fixed order)."""
+    cp = get_cupy()
+    novelty = cp.ascontiguousarray(novelty, dtype=cp.float64)
+    labels = cp.ascontiguousarray(labels, dtype=cp.int32)
+    if weights is not None:
+        weights = cp.ascontiguousarray(weights, dtype=cp.float64)
+    n, n_classes = novelty.shape
+    scales = cp.asarray(np.asarray(scales, dtype=np.float64))
+    per_row = cp.empty((scales.size + 1, n), dtype=cp.float64)
+    sizes = (np.int32(scales.size), np.int64(n), np.int32(n_classes))
+    _launch("flynn_calibration_losses", per_row.size, (novelty, labels, weights, scales, *sizes, per_row))
+    return per_row.sum(axis=1)
 
 
 def argmin(novelty):  # pragma: no cover - needs a GPU

@@ -31,7 +31,7 @@ from numbers import Real
 
 import numpy as np
 
-from .._backend import to_host
+from .._backend import array_module, is_device_array, to_host
 from .._sklearn_compat import check_sample_weight as sklearn_check_sample_weight
 
 __all__ = [
@@ -165,11 +165,19 @@ def class_factors(class_weight, classes, counts):
     the total weight of class ``l`` (its counts' sum over ``k``), ``total`` their sum and
     ``n`` the number of classes with a weight, read from ``counts`` (host), so that a
     merge of parties is balanced over the pooled data; a class with no weight keeps 1.
+    CuPy ``counts`` (the calibration's held-out models) give CuPy factors, by the same
+    steps (the sums are exact in any order) and without a copy.
     """
     if class_weight is None:
         return None
     if isinstance(class_weight, dict):
         return np.asarray([float(class_weight.get(c, 1.0)) for c in np.asarray(classes).tolist()])
+    if is_device_array(counts):
+        xp = array_module(counts)
+        per_class = counts.astype(np.float64).sum(axis=1)
+        seen = per_class > 0
+        total = (per_class * seen).sum()  # per_class[seen].sum(): the others add zeros
+        return xp.where(seen, total / (seen.sum() * xp.where(seen, per_class, 1.0)), 1.0)
     per_class = np.asarray(counts, dtype=np.float64).sum(axis=1)
     seen = per_class > 0
     factors = np.ones(per_class.shape[0])

@@ -304,6 +304,9 @@ class Trainer:
 
     #: 'cpu' or 'cuda' (set by the subclass)
     device = None
+    #: epochs this call plans at most (the estimator sets it: max_iter, or 1 for partial_fit);
+    #: the CUDA trainer captures its step as a graph only when enough steps lie ahead
+    planned_epochs = 1
 
     def __init__(self, layout, config, coefs, intercepts, opt, batch_size, sample_weight=None, sparse=False):
         self.xp = get_xp(self.device)

@@ -761,6 +761,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         trainer = _TRAINERS[device](
             layout, config, self.coefs_, self.intercepts_, opt, batch_size, sample_weight, sparse
         )
+        trainer.planned_epochs = 1 if incremental else self.max_iter
         best = layout.pack(self._best_coefs, self._best_intercepts, device) if early_stopping else None
 
         sample_idx = np.arange(n_samples, dtype=np.int64)
