@@ -300,6 +300,45 @@ def test_quantile_positions_read_features_across_their_mass():
     assert np.all(np.diff(u[order, 1]) >= 0)  # monotone
 
 
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "encoding, receptors", [("population", 5), ("population", 7), ("thermometer", 5), ("complement", 5)]
+)
+def test_quantile_encoding_in_one_kernel_is_the_two_step_reference(dtype, encoding, receptors):
+    """The GPU's one-kernel quantile encoding (knots in shared memory, tiles of features
+    over slices of rows) gives the bits of the NumPy positions followed by the NumPy
+    encoding: awkward knots (runs of equal knots, a flat feature, values beyond the
+    ends), a width that is not a multiple of the tile, a strided view, and knots too
+    many for shared memory (the two-kernel route)."""
+    import cupy as cp
+
+    from sknn_gpu.fly import _flynn_cuda
+    from sknn_gpu.fly._encoding import column_histogram, encode, quantile_knots, quantile_position
+
+    rng = np.random.default_rng(3)
+    n, d = 1037, 37
+    X = rng.lognormal(sigma=1.5, size=(n, d))
+    X[:, 5] = np.round(X[:, 5])  # few distinct values: runs of equal knots
+    X[:, 9] = 2.5  # a flat feature
+    X[rng.random((n, d)) < 0.1] = 0.0
+    low, high = X.min(axis=0), X.max(axis=0)
+    knots = quantile_knots(column_histogram(X, low, high), low, high)
+    Q = np.r_[X[:500], X[:40] * 3.0 - 1.0].astype(dtype)  # queries beyond both ends
+    want = encode(quantile_position(Q, knots), encoding, receptors=receptors).astype(np.float32)
+    got = _flynn_cuda.quantile_encode(cp.asarray(Q), cp.asarray(knots), encoding, receptors=receptors)
+    assert np.array_equal(cp.asnumpy(got), want)
+    # a strided view of a wider array (its row stride is not d)
+    wide = cp.asarray(np.c_[Q, Q[:, :3]])[:, :d]
+    got = _flynn_cuda.quantile_encode(wide, cp.asarray(knots), encoding, receptors=receptors)
+    assert np.array_equal(cp.asnumpy(got), want)
+    # 7,000 knots per feature do not fit the tile's shared memory: the two kernels
+    big = np.concatenate([knots, np.repeat(knots[:, -1:], 7000 - knots.shape[1], axis=1)], axis=1)
+    want = encode(quantile_position(Q[:50], big), encoding, receptors=receptors).astype(np.float32)
+    got = _flynn_cuda.quantile_encode(cp.asarray(Q[:50]), cp.asarray(big), encoding, receptors=receptors)
+    assert np.array_equal(cp.asnumpy(got), want)
+
+
 def test_quantile_fit_is_the_same_on_both_devices(device):
     rng = np.random.default_rng(1)
     X = np.c_[rng.lognormal(size=(600, 3)), rng.normal(size=(600, 2))]

@@ -191,6 +191,28 @@ extern "C" __global__ void flynn_row_normalize_f64(const double* __restrict__ x,
     row_normalize_impl<double>(x, y, n, d);
 }
 
+// input_range='quantile' (the NumPy reference is quantile_position in
+// sknn_gpu/fly/_encoding.py): each value's place among its feature's K knots (row j of
+// `knots`, non-decreasing), u = (i + (x - k_i) / (k_(i+1) - k_i)) / (K - 1) for the last
+// knot k_i <= x, i clipped to [0, K - 2]; the fraction is 0 between equal knots and
+// clipped to [0, 1]; a feature whose knots are all equal reads 0. Double arithmetic, one
+// correctly rounded intrinsic per step, as NumPy computes it. flynn_quantile_position: one
+// thread per value; flynn_quantile_encode (below) goes on to the encoding.
+__device__ __forceinline__ double quantile_place(double v, const double* k, int K)
+{
+    int lo = 0, hi = K;  // the number of knots <= v, by bisection
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (k[mid] <= v) lo = mid + 1; else hi = mid;
+    }
+    int i = lo - 1;
+    i = i < 0 ? 0 : (i > K - 2 ? K - 2 : i);
+    const double gap = __dsub_rn(k[i + 1], k[i]);
+    double frac = gap > 0.0 ? __ddiv_rn(__dsub_rn(v, k[i]), gap) : 0.0;
+    frac = frac < 0.0 ? 0.0 : (frac > 1.0 ? 1.0 : frac);
+    return __ddiv_rn(__dadd_rn((double)i, frac), (double)(K - 1));
+}
+
 // ---------------------------------------------------------------------------------
 // Input encoding (FlyNNClassifier's `encoding`; the NumPy reference is `encode` in
 // sknn_gpu/fly/_flynn.py). Each input x[r, j] gives WIDTH values written to
@@ -215,6 +237,27 @@ __device__ __forceinline__ float mul_rn(float a, float b) { return __fmul_rn(a, 
 __device__ __forceinline__ double mul_rn(double a, double b) { return __dmul_rn(a, b); }
 __device__ __forceinline__ ENC_C clip01(ENC_C v) { return v < (ENC_C)0 ? (ENC_C)0 : (v > (ENC_C)1 ? (ENC_C)1 : v); }
 
+// The ENC_WIDTH values of one scaled input u, written to o[0], o[d], o[2 d], ...
+__device__ __forceinline__ void encode_value(ENC_C u, const int clip, const double* consts, float* o,
+                                             const long long d)
+{
+    if (clip) u = clip01(u);
+#if ENC_KIND == 0
+    const ENC_C slope = (ENC_C)consts[5];
+    for (int q = 0; q < 5; ++q) o[q * d] = (float)clip01(mul_rn(sub_rn(u, (ENC_C)consts[q]), slope));
+#elif ENC_KIND == 1
+    const ENC_C w = (ENC_C)consts[5];
+    for (int q = 0; q < ENC_WIDTH; ++q) {
+        const ENC_C c = (ENC_C)__ddiv_rn((double)q, (double)(ENC_WIDTH - 1));
+        const ENC_C v = sub_rn(w, fabs(sub_rn(u, c)));
+        o[q * d] = (float)(v < (ENC_C)0 ? (ENC_C)0 : v);
+    }
+#else
+    o[0] = (float)u;
+    o[d] = (float)sub_rn((ENC_C)1, u);
+#endif
+}
+
 extern "C" __global__ void flynn_encode(const ENC_T* __restrict__ x, const long long n, const long long d,
                                         const long long ldx, const double* __restrict__ low,
                                         const double* __restrict__ span, const int clip, const double q0,
@@ -228,36 +271,45 @@ extern "C" __global__ void flynn_encode(const ENC_T* __restrict__ x, const long 
          i += (long long)gridDim.x * blockDim.x) {
         const long long r = i / d, j = i - r * d;
 #if RANGE
-        ENC_C u = __ddiv_rn(__dsub_rn((double)x[r * ldx + j], low[j]), span[j]);
+        const ENC_C u = __ddiv_rn(__dsub_rn((double)x[r * ldx + j], low[j]), span[j]);
 #else
-        ENC_C u = (ENC_C)x[r * ldx + j];
+        const ENC_C u = (ENC_C)x[r * ldx + j];
 #endif
-        if (clip) u = clip01(u);
-        float* o = out + r * width + j;
-#if ENC_KIND == 0
-        const ENC_C slope = (ENC_C)consts[5];
-        for (int q = 0; q < 5; ++q) o[q * d] = (float)clip01(mul_rn(sub_rn(u, (ENC_C)consts[q]), slope));
-#elif ENC_KIND == 1
-        const ENC_C w = (ENC_C)consts[5];
-        for (int q = 0; q < ENC_WIDTH; ++q) {
-            const ENC_C c = (ENC_C)__ddiv_rn((double)q, (double)(ENC_WIDTH - 1));
-            const ENC_C v = sub_rn(w, fabs(sub_rn(u, c)));
-            o[q * d] = (float)(v < (ENC_C)0 ? (ENC_C)0 : v);
-        }
-#else
-        o[0] = (float)u;
-        o[d] = (float)sub_rn((ENC_C)1, u);
-#endif
+        encode_value(u, clip, consts, out + r * width + j, d);
+    }
+}
+
+// input_range='quantile' straight to the encoding (ENC_C = double, RANGE = 0): the
+// position of flynn_quantile_position, then flynn_encode's values, the same bits as
+// the two kernels one after the other, without their n x d float64 positions in between.
+// A block takes `tile` features (blockIdx.x) and their knots into shared memory, so the
+// bisection reads shared memory, not L2; its threads go over the rows of a slice
+// (blockIdx.y), `tile` consecutive features of a row at a time.
+extern "C" __global__ void flynn_quantile_encode(const ENC_T* __restrict__ x, const long long n,
+                                                 const long long d, const long long ldx,
+                                                 const double* __restrict__ knots, const int K,
+                                                 const int tile, const double q0, const double q1,
+                                                 const double q2, const double q3, const double q4,
+                                                 const double q5, float* __restrict__ out)
+{
+    extern __shared__ double sk[];  // tile x K knots
+    const double consts[6] = {q0, q1, q2, q3, q4, q5};
+    const long long j0 = (long long)blockIdx.x * tile;
+    const int here = (int)(d - j0 < tile ? d - j0 : tile);
+    for (int e = threadIdx.x; e < here * K; e += blockDim.x) sk[e] = knots[j0 * K + e];
+    __syncthreads();
+    const int jj = threadIdx.x % tile, per = blockDim.x / tile;
+    if (jj >= here || threadIdx.x >= per * tile) return;
+    const double* k = sk + jj * K;
+    const bool flat = k[0] == k[K - 1];
+    const long long j = j0 + jj, width = ENC_WIDTH * d;
+    for (long long r = (long long)blockIdx.y * per + threadIdx.x / tile; r < n; r += (long long)gridDim.y * per) {
+        const double u = flat ? 0.0 : quantile_place((double)x[r * ldx + j], k, K);
+        encode_value(u, 0, consts, out + r * width + j, d);
     }
 }
 #endif
 
-// input_range='quantile' (the NumPy reference is quantile_position in
-// sknn_gpu/fly/_encoding.py): each value's place among its feature's K knots (row j of
-// `knots`, non-decreasing), u = (i + (x - k_i) / (k_(i+1) - k_i)) / (K - 1) for the last
-// knot k_i <= x, i clipped to [0, K - 2]; the fraction is 0 between equal knots and
-// clipped to [0, 1]; a feature whose knots are all equal reads 0. Double arithmetic, one
-// correctly rounded intrinsic per step, as NumPy computes it. One thread per value.
 #if defined(QUANT_T)
 extern "C" __global__ void flynn_quantile_position(const QUANT_T* __restrict__ x, const long long n,
                                                    const long long d, const long long ldx,
@@ -268,23 +320,8 @@ extern "C" __global__ void flynn_quantile_position(const QUANT_T* __restrict__ x
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
          t += (long long)gridDim.x * blockDim.x) {
         const long long r = t / d, j = t - r * d;
-        const double v = (double)x[r * ldx + j];
         const double* k = knots + j * (long long)K;
-        if (k[0] == k[K - 1]) {
-            out[t] = 0.0;
-            continue;
-        }
-        int lo = 0, hi = K;  // the number of knots <= v, by bisection
-        while (lo < hi) {
-            const int mid = (lo + hi) >> 1;
-            if (k[mid] <= v) lo = mid + 1; else hi = mid;
-        }
-        int i = lo - 1;
-        i = i < 0 ? 0 : (i > K - 2 ? K - 2 : i);
-        const double gap = __dsub_rn(k[i + 1], k[i]);
-        double frac = gap > 0.0 ? __ddiv_rn(__dsub_rn(v, k[i]), gap) : 0.0;
-        frac = frac < 0.0 ? 0.0 : (frac > 1.0 ? 1.0 : frac);
-        out[t] = __ddiv_rn(__dadd_rn((double)i, frac), (double)(K - 1));
+        out[t] = k[0] == k[K - 1] ? 0.0 : quantile_place((double)x[r * ldx + j], k, K);
     }
 }
 #endif

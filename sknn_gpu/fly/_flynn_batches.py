@@ -91,12 +91,17 @@ def _device_histogram(est, X, weights=None):
     return table
 
 
+def _device_knots(est):
+    """``input_quantiles_`` on ``device_`` (copied once per fitted model)."""
+    return est._derived(
+        ("_input_quantiles", est.device_), est.input_quantiles_, lambda k: to_device(k, est.device_)
+    )
+
+
 def _quantile_positions(est, Xb):
     """``input_range='quantile'``: each value of the dense device batch ``Xb`` at its place
     among its feature's quantiles (float64 in [0, 1])."""
-    knots = est._derived(
-        ("_input_quantiles", est.device_), est.input_quantiles_, lambda k: to_device(k, est.device_)
-    )
+    knots = _device_knots(est)
     if est.device_ == "cuda":
         return _flynn_cuda.quantile_position(Xb, knots)
     return _encoding.quantile_position(Xb, knots)
@@ -105,9 +110,10 @@ def _quantile_positions(est, Xb):
 def encode_batch(est, Xb):
     """The encoded dense device batch ``Xb``: scaled to the input range, checked or clipped."""
     if est.input_range == "quantile":
+        if est.device_ == "cuda" and not est._normalizes():  # one kernel, straight to float32
+            knots = _device_knots(est)
+            return _flynn_cuda.quantile_encode(Xb, knots, est.encoding, receptors=est.n_receptors_)
         u = _quantile_positions(est, Xb)
-        if est.device_ == "cuda" and not est._normalizes():
-            return _flynn_cuda.encode(u, est.encoding, receptors=est.n_receptors_)
         return _encoding.encode(u, est.encoding, receptors=est.n_receptors_)
     low, span = range_arrays(est, Xb)
     fitted = isinstance(est.input_range, str)

@@ -26,6 +26,7 @@ from ._encoding import (
 __all__ = [
     "row_normalize",
     "encode",
+    "quantile_encode",
     "count",
     "weighted_count",
     "novelty",
@@ -77,6 +78,17 @@ def row_normalize(X):  # pragma: no cover - needs a GPU
 _ENC_KIND = {"thermometer": 0, "population": 1, "complement": 2}
 
 
+def _encoding_args(encoding, receptors):
+    """(ENC_KIND, ENC_WIDTH, the six constants) of an encoding for ``flynn.cu``'s encode kernels."""
+    kind = _ENC_KIND[encoding]
+    width = encoding_width(encoding, receptors)
+    if kind == 0:
+        consts = (*THERMOMETER_THRESHOLDS, THERMOMETER_SLOPE)
+    else:  # the population's half-width (its centres are computed in the kernel); complement reads none
+        consts = (0.0, 0.0, 0.0, 0.0, 0.0, RECEPTOR_SPREAD / (width - 1))
+    return kind, width, tuple(map(np.float64, consts))
+
+
 def encode(X, encoding, low=None, span=None, clip=False, receptors=5):  # pragma: no cover - needs a GPU
     """:func:`sknn_gpu.fly._encoding.encode` in one kernel, straight to the float32 the hash
     reads (the reference's float64 or input-dtype result, cast): one pass instead of a
@@ -86,13 +98,8 @@ def encode(X, encoding, low=None, span=None, clip=False, receptors=5):  # pragma
     if X.strides[1] != X.itemsize:
         X = cp.ascontiguousarray(X)
     n, d = X.shape
-    kind = _ENC_KIND[encoding]
-    width = encoding_width(encoding, receptors)
+    kind, width, consts = _encoding_args(encoding, receptors)
     out = cp.empty((n, width * d), dtype=cp.float32)
-    if kind == 0:
-        consts = (*THERMOMETER_THRESHOLDS, THERMOMETER_SLOPE)
-    else:  # the population's half-width (its centres are computed in the kernel); complement reads none
-        consts = (0.0, 0.0, 0.0, 0.0, 0.0, RECEPTOR_SPREAD / (width - 1))
     t = "float" if X.dtype == cp.float32 else "double"
     ranged = low is not None
     kern = get_function(
@@ -107,9 +114,45 @@ def encode(X, encoding, low=None, span=None, clip=False, receptors=5):  # pragma
     ldx = np.int64(X.strides[0] // X.itemsize)
     # no range: low and span are never read (None goes as a null pointer); the six
     # constants go by value (no upload per batch)
-    args = (X, np.int64(n), np.int64(d), ldx, low, span, np.int32(clip), *map(np.float64, consts), out)
+    args = (X, np.int64(n), np.int64(d), ldx, low, span, np.int32(clip), *consts, out)
     if n * d:
         kern(_grid(n * d, THREADS, 16), (THREADS,), args)
+    return out
+
+
+#: ``quantile_encode``: features per block (their knots in shared memory, 8 bytes each),
+#: and the rows each block goes over.
+QUANTILE_TILE = 16
+QUANTILE_SLICE_ROWS = 512
+
+
+def quantile_encode(X, knots, encoding, receptors=5):  # pragma: no cover - needs a GPU
+    """:func:`quantile_position` followed by :func:`encode` of the positions in one kernel
+    (``flynn_quantile_encode``): the same float32 bits, without the float64 positions in
+    between, and the bisection in shared memory. ``knots`` is the (n_features, K) float64
+    CuPy array of the features' quantiles."""
+    cp = get_cupy()
+    if X.strides[1] != X.itemsize:
+        X = cp.ascontiguousarray(X)
+    t = {cp.dtype(cp.float32): "float", cp.dtype(cp.float64): "double"}.get(X.dtype)
+    if t is None:
+        X, t = X.astype(cp.float64), "double"
+    n, d = X.shape
+    kind, width, consts = _encoding_args(encoding, receptors)
+    out = cp.empty((n, width * d), dtype=cp.float32)
+    K = int(knots.shape[1])
+    if 8 * K > 48 * 1024:  # a feature's knots beyond the default shared memory: two kernels
+        return encode(quantile_position(X, knots), encoding, receptors=receptors)
+    # the default 48 KiB of shared memory per block holds the tile's knots
+    tile = max(1, min(QUANTILE_TILE, (48 * 1024) // (8 * K), d))
+    kern = get_function(
+        "flynn", "flynn_quantile_encode", ENC_T=t, ENC_C="double", ENC_KIND=kind, ENC_WIDTH=width, RANGE=0
+    )
+    if n * d:
+        grid = (-(-d // tile), min(65535, -(-n // QUANTILE_SLICE_ROWS)))
+        ldx = np.int64(X.strides[0] // X.itemsize)
+        args = (X, np.int64(n), np.int64(d), ldx, knots, np.int32(K), np.int32(tile), *consts, out)
+        kern(grid, (THREADS,), args, shared_mem=8 * tile * K)
     return out
 
 
