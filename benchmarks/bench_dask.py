@@ -25,6 +25,8 @@ Two ways to hold the data:
   pipeline end to end, and GBNN predict; 20,000,000 rows and 60,000,000 probes by
   default on GPUs. Shards hold ``--shard-rows`` rows (default: the Dask block size the
   estimators use, ``sknn_gpu._dask.BLOCK_BYTES``, so no shard is merged or moved).
+  ``--workloads`` picks some of them (``flyhash,fit,predict,pipeline,gbnn``), so that a
+  large run can be split over several sittings.
 
 Dask results stay on the workers (``persist``) as the in-memory result stays on its
 GPU; they are compared with the in-memory ones through order-aware fingerprints (a
@@ -33,7 +35,9 @@ memories. Times are medians (wall clock, synchronised). Each Dask row's note say
 bytes the workers served during one extra run (to other workers and to the client,
 from the workers' transfer logs); ``--report DIR`` saves a Dask performance report
 (``distributed.performance_report``) of that run per workload and device count.
-A summary table at the end shows every workload against in memory on one device.
+A summary table at the end shows every workload against in memory on one device; each
+result is also written to stderr as soon as it is measured (``[bench_dask] ...`` lines), so
+a run cut short keeps what it measured.
 
 ``--gpus N`` runs Dask on 1..N GPUs (default: every GPU found; 2 CPU worker
 processes without a GPU). ``--chunk`` and ``--gbnn-chunk`` set the rows per Dask block
@@ -47,7 +51,9 @@ CPU ``LocalCluster`` at a tiny size).
 
 import json
 import math
+import sys
 import threading
+import time
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -168,8 +174,13 @@ def _write_shards(folder, prefix, sizes, make):
     return paths
 
 
-def _disk_data(folder, rows, probes, shard_rows, probe_shard_rows, d, stored):
-    """Write (once) the FlyHash/FlyNN rows and labels, GBNN's stored messages and probes."""
+#: the workloads of the on-disk run (``--workloads``)
+DISK_WORKLOADS = ("flyhash", "fit", "predict", "pipeline", "gbnn")
+
+
+def _disk_data(folder, rows, probes, shard_rows, probe_shard_rows, d, stored, gbnn=True):
+    """Write (once) the FlyHash/FlyNN rows and labels, GBNN's stored messages and probes
+    (``gbnn=False``: no probes, when GBNN is not measured)."""
     folder.mkdir(parents=True, exist_ok=True)
     meta = dict(
         rows=rows,
@@ -188,7 +199,7 @@ def _disk_data(folder, rows, probes, shard_rows, probe_shard_rows, d, stored):
     X = _write_shards(folder, "X", sizes, lambda i, n: _rows(i, n, d, False))
     y = _write_shards(folder, "y", sizes, _labels)
     msgs, truth_of = _gbnn_messages(stored)
-    psizes = _sizes(probes, probe_shard_rows)
+    psizes = _sizes(probes, probe_shard_rows) if gbnn else []
     P = _write_shards(folder, "probes", psizes, lambda i, n: _gbnn_probes(msgs, i, n)[0])
     meta_file.write_text(json.dumps(meta))
     return dict(X=X, y=y, sizes=sizes, P=P, psizes=psizes, msgs=msgs)
@@ -366,9 +377,15 @@ class Summary:
         self.columns = []
 
     def add(self, workload, column, seconds):
+        import sys
+
+        from _harness import fmt_time
+
         self.rows.setdefault(workload, {})[column] = seconds
         if column not in self.columns:
             self.columns.append(column)
+        # one line per result as it comes (stderr, flushed): a run cut short keeps what it measured
+        print(f"[bench_dask] {workload} | {column}: {fmt_time(seconds)}", file=sys.stderr, flush=True)
 
     def print(self):
         from _harness import fmt_time
@@ -616,7 +633,10 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
     block = BLOCK_BYTES["cuda" if gpu else "cpu"]
     shard = opts.shard_rows or max(1, math.ceil(block / row_bytes))
     pshard = opts.shard_rows or max(1, math.ceil(block / (GBNN["C"] * 4)))
-    data = _disk_data(Path(folder), n_rows, K, shard, pshard, d, opts.stored)
+    want = set(opts.workloads)
+    started = time.perf_counter()
+    data = _disk_data(Path(folder), n_rows, K, shard, pshard, d, opts.stored, gbnn="gbnn" in want)
+    print(f"[bench_dask] data ready in {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
     print(
         f"Data: {len(data['X'])} shards of up to {shard:,} rows x {d} float32 and {len(data['P'])} shards of "
         f"up to {pshard:,} GBNN probes in {folder}\n"
@@ -666,26 +686,34 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
         )
 
     sync = device
-    expect_h = codes_1()
-    secs = hashes.add(one, device, time_call(codes_1, repeat, 1, sync), note=loop)
-    summary.add(f"FlyHash transform {where}", one, secs)
-    secs = fits.add(one, device, time_call(fit_1, repeat, 1, sync), note=f"{loop} (partial_fit)")
-    summary.add(f"FlyNN fit {n_rows:,} from disk", one, secs)
-    model = fit_1()
-    counts = to_host(model.counts_).copy()
-    expect_p = predict_1(model)
-    secs = preds.add(one, device, time_call(lambda: predict_1(model), repeat, 1, sync), note=loop)
-    summary.add(f"FlyNN predict {n_rows:,} from disk", one, secs)
-    secs = pipe.add(
-        one, device, time_call(lambda: (codes_1(), predict_1(fit_1())), repeat, 1, sync), note=loop
-    )
-    summary.add(f"FlyHash -> FlyNN fit -> predict {n_rows:,} from disk", one, secs)
-    expect_g = gbnn_1()
-    secs = gb.add(one, device, time_call(gbnn_1, repeat, 1, sync), note=loop)
-    summary.add(f"GBNN predict {K:,} probes from disk", one, secs)
-    ref = np.load(data["X"][0])[: opts.torch_ref]
-    ref_y = np.load(data["y"][0])[: opts.torch_ref]
-    torch_peer(preds, data["X"], ref, ref_y, worker_counts[-1], gpu, load=np.load, repeat=repeat)
+    if "flyhash" in want:
+        expect_h = codes_1()
+    if "flyhash" in want:
+        secs = hashes.add(one, device, time_call(codes_1, repeat, 1, sync), note=loop)
+        summary.add(f"FlyHash transform {where}", one, secs)
+    if "fit" in want:
+        secs = fits.add(one, device, time_call(fit_1, repeat, 1, sync), note=f"{loop} (partial_fit)")
+        summary.add(f"FlyNN fit {n_rows:,} from disk", one, secs)
+    if want & {"fit", "predict"}:
+        model = fit_1()
+        counts = to_host(model.counts_).copy()
+        expect_p = predict_1(model)
+    if "predict" in want:
+        secs = preds.add(one, device, time_call(lambda: predict_1(model), repeat, 1, sync), note=loop)
+        summary.add(f"FlyNN predict {n_rows:,} from disk", one, secs)
+    if "pipeline" in want:
+        secs = pipe.add(
+            one, device, time_call(lambda: (codes_1(), predict_1(fit_1())), repeat, 1, sync), note=loop
+        )
+        summary.add(f"FlyHash -> FlyNN fit -> predict {n_rows:,} from disk", one, secs)
+    if "gbnn" in want:
+        expect_g = gbnn_1()
+        secs = gb.add(one, device, time_call(gbnn_1, repeat, 1, sync), note=loop)
+        summary.add(f"GBNN predict {K:,} probes from disk", one, secs)
+    if "predict" in want:
+        ref = np.load(data["X"][0])[: opts.torch_ref]
+        ref_y = np.load(data["y"][0])[: opts.torch_ref]
+        torch_peer(preds, data["X"], ref, ref_y, worker_counts[-1], gpu, load=np.load, repeat=repeat)
 
     for n in worker_counts:
         label = _label(n, gpu)
@@ -693,7 +721,7 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
         with local_cluster(gpu, n, opts.threads) as cluster, Client(cluster) as client:
             dX = _read(data["X"], data["sizes"], (d,), np.float32, gpu)
             dy = _read(data["y"], data["sizes"], (), np.int64, False)
-            dP = _read(data["P"], data["psizes"], (GBNN["C"],), np.int32, gpu)
+            dP = _read(data["P"], data["psizes"], (GBNN["C"],), np.int32, gpu) if "gbnn" in want else None
 
             def codes():
                 return dask_fingerprint(client, hasher.transform(dX))  # noqa: B023
@@ -711,49 +739,63 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
                 wait(out)
                 return out
 
-            secs = time_cpu(codes, repeat=repeat, warmup=1)
-            note = profiled(client, codes, opts.report, f"disk_flyhash_transform_{tag}")
-            hashes.add(label, device, secs, f"identical: {codes() == expect_h}", note)
-            summary.add(f"FlyHash transform {where}", label, secs)
-            secs = time_cpu(fit, repeat=repeat, warmup=1)
-            note = profiled(client, fit, opts.report, f"disk_flynn_fit_{tag}")
-            dist = fit()
-            same = np.array_equal(to_host(dist.counts_), counts)
-            summary.add(
-                f"FlyNN fit {n_rows:,} from disk",
-                label,
-                fits.add(label, device, secs, f"counts identical: {same}", note),
-            )
-            secs = time_cpu(lambda: predict(dist), repeat=repeat, warmup=1)  # noqa: B023
-            note = profiled(client, lambda: predict(dist), opts.report, f"disk_flynn_predict_{tag}")  # noqa: B023
-            same = dask_fingerprint(client, predict(dist)) == expect_p
-            summary.add(
-                f"FlyNN predict {n_rows:,} from disk",
-                label,
-                preds.add(label, device, secs, f"identical: {same}", note),
-            )
+            if "flyhash" in want:
+                secs = time_cpu(codes, repeat=repeat, warmup=1)
+                note = profiled(client, codes, opts.report, f"disk_flyhash_transform_{tag}")
+                hashes.add(label, device, secs, f"identical: {codes() == expect_h}", note)
+                summary.add(f"FlyHash transform {where}", label, secs)
+            if "fit" in want:
+                secs = time_cpu(fit, repeat=repeat, warmup=1)
+                note = profiled(client, fit, opts.report, f"disk_flynn_fit_{tag}")
+            if want & {"fit", "predict"}:
+                dist = fit()
+                same = np.array_equal(to_host(dist.counts_), counts)
+            if "fit" in want:
+                summary.add(
+                    f"FlyNN fit {n_rows:,} from disk",
+                    label,
+                    fits.add(label, device, secs, f"counts identical: {same}", note),
+                )
+            if "predict" in want:
+                secs = time_cpu(lambda: predict(dist), repeat=repeat, warmup=1)  # noqa: B023
+                note = profiled(client, lambda: predict(dist), opts.report, f"disk_flynn_predict_{tag}")  # noqa: B023
+                same = dask_fingerprint(client, predict(dist)) == expect_p
+                summary.add(
+                    f"FlyNN predict {n_rows:,} from disk",
+                    label,
+                    preds.add(label, device, secs, f"identical: {same}", note),
+                )
 
             def pipeline():
                 codes()  # noqa: B023
                 return predict(fit())  # noqa: B023
 
-            secs = time_cpu(pipeline, repeat=repeat, warmup=1)
-            note = profiled(client, pipeline, opts.report, f"disk_pipeline_{tag}")
-            summary.add(
-                f"FlyHash -> FlyNN fit -> predict {n_rows:,} from disk",
-                label,
-                pipe.add(label, device, secs, note=note),
-            )
-            secs = time_cpu(gbnn, repeat=repeat, warmup=1)
-            note = profiled(client, gbnn, opts.report, f"disk_gbnn_predict_{tag}")
-            same = dask_fingerprint(client, gbnn()) == expect_g
-            summary.add(
-                f"GBNN predict {K:,} probes from disk",
-                label,
-                gb.add(label, device, secs, f"identical: {same}", note),
-            )
-    for table in (hashes, fits, preds, pipe, gb):
-        table.print()
+            if "pipeline" in want:
+                secs = time_cpu(pipeline, repeat=repeat, warmup=1)
+                note = profiled(client, pipeline, opts.report, f"disk_pipeline_{tag}")
+                summary.add(
+                    f"FlyHash -> FlyNN fit -> predict {n_rows:,} from disk",
+                    label,
+                    pipe.add(label, device, secs, note=note),
+                )
+            if "gbnn" in want:
+                secs = time_cpu(gbnn, repeat=repeat, warmup=1)
+                note = profiled(client, gbnn, opts.report, f"disk_gbnn_predict_{tag}")
+                same = dask_fingerprint(client, gbnn()) == expect_g
+                summary.add(
+                    f"GBNN predict {K:,} probes from disk",
+                    label,
+                    gb.add(label, device, secs, f"identical: {same}", note),
+                )
+    for table, name in (
+        (hashes, "flyhash"),
+        (fits, "fit"),
+        (preds, "predict"),
+        (pipe, "pipeline"),
+        (gb, "gbnn"),
+    ):
+        if name in want:
+            table.print()
 
 
 def worker_counts(gpu, want):
@@ -789,7 +831,18 @@ def main(argv=None):
     extra.add_argument("--torch-ref", type=int, default=None, help="reference rows of the PyTorch 1-NN peer")
     extra.add_argument("--report", default=None, help="save a Dask performance report per workload here")
     extra.add_argument("--repeat", type=int, default=None, help="timed runs per row (5; 3 quick)")
+    extra.add_argument(
+        "--workloads",
+        type=lambda v: [w for w in v.split(",") if w],
+        default=list(DISK_WORKLOADS),
+        help="with --data-dir: which to run, a comma list of "
+        + ", ".join(DISK_WORKLOADS)
+        + " (default: all)",
+    )
     own, rest = extra.parse_known_args(sys.argv[1:] if argv is None else argv)
+    unknown = sorted(set(own.workloads) - set(DISK_WORKLOADS))
+    if unknown:
+        extra.error(f"--workloads: unknown {', '.join(unknown)} (choose from {', '.join(DISK_WORKLOADS)})")
     args = parse_args(__doc__.splitlines()[0], rest)
     print(environment_header() + "\n")
     try:
