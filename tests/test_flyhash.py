@@ -325,6 +325,41 @@ def test_pickle_keeps_the_generator_state_and_redraws_the_projection(device, rng
         assert (again.transform(X) != fh.transform(X)).nnz == 0
 
 
+def test_unpickled_projection_is_drawn_once_per_process(rng, monkeypatch):
+    """A Dask worker unpickles the same fitted transformer with every call: the projection
+    is drawn (and checked against its digest) the first time, then reused; the cache keeps
+    the few most recent projections and a digest it does not hold is still checked."""
+    from sknn_gpu.fly import _flyhash
+
+    X = rng.random((10, 30))
+    fitted = [
+        FlyHashTransformer(n_components=512, k=16, random_state=seed, device="cpu").fit(X)
+        for seed in range(_flyhash._REDRAWN_MAX + 1)
+    ]
+    blobs = [pickle.dumps(fh) for fh in fitted]
+    monkeypatch.setattr(_flyhash, "_REDRAWN", type(_flyhash._REDRAWN)())
+    draws = []
+    real_draw = _flyhash._draw_connections
+    monkeypatch.setattr(_flyhash, "_draw_connections", lambda *a: draws.append(a) or real_draw(*a))
+    first = pickle.loads(blobs[0])
+    again = pickle.loads(blobs[0])
+    assert len(draws) == 1  # the second load reused the first one's projection
+    assert again.components_ is first.components_
+    assert (again.components_ != fitted[0].components_).nnz == 0
+    assert np.array_equal(again._kernel_index, fitted[0]._kernel_index)
+    assert (again.transform(X) != fitted[0].transform(X)).nnz == 0
+    for blob in blobs[1:]:  # one more than the cache holds: the first is dropped
+        pickle.loads(blob)
+    assert len(_flyhash._REDRAWN) == _flyhash._REDRAWN_MAX and len(draws) == len(blobs)
+    pickle.loads(blobs[0])
+    assert len(draws) == len(blobs) + 1
+    # a damaged pickle (a digest nobody drew) is refused even with good projections cached
+    state = fitted[1].__getstate__()
+    state["_projection_sha256"] = "0" * 64
+    with pytest.raises(ValueError, match="drawn again .* differs"):
+        FlyHashTransformer.__new__(FlyHashTransformer).__setstate__(state)
+
+
 def test_pickle_whose_projection_does_not_redraw_is_refused(rng):
     X = rng.random((5, 12))
     fh = FlyHashTransformer(k=4, random_state=0, device="cpu").fit(X)
