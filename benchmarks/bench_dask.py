@@ -64,6 +64,7 @@ from sknn_gpu import FlyHashTransformer, FlyNNClassifier, GBNNMemory
 from sknn_gpu._backend import array_module, cuda_available, to_host
 from sknn_gpu._dask import BLOCK_BYTES
 from sknn_gpu.fly import PAPERS_FLYNN
+from sknn_gpu.io import load_npy, read_npy_shards
 
 #: sizes: full (GPU) and quick (CPU, CI)
 FULL = dict(
@@ -154,7 +155,15 @@ def dask_fingerprint(client, A):
     return client.compute(dask.delayed(_add)(*parts), sync=True)
 
 
-def _load(path, gpu):
+#: how a shard is read: ``sknn`` (:func:`sknn_gpu.io.load_npy`: on the GPU through pinned
+#: staging buffers) or ``numpy`` (``np.load``, then ``cupy.asarray`` on the GPU); ``--reader``
+READERS = ("sknn", "numpy")
+
+
+def _load(path, gpu, reader="sknn"):
+    """One shard, on the current GPU when ``gpu`` (NumPy otherwise), read the ``reader`` way."""
+    if reader == "sknn":
+        return load_npy(path, device="cuda" if gpu else "cpu")
     a = np.load(path)
     if gpu:
         import cupy as cp
@@ -164,13 +173,18 @@ def _load(path, gpu):
 
 
 def _write_shards(folder, prefix, sizes, make):
-    """Shards ``prefix_00000.npy``... of ``make(i, n)`` (host arrays) unless already written."""
-    paths = []
-    for i, n in enumerate(sizes):
-        p = folder / f"{prefix}_{i:05d}.npy"
-        if not p.exists():
-            np.save(p, make(i, n))
-        paths.append(p)
+    """Shards ``prefix_00000.npy``... of ``make(i, n)`` (host arrays) unless already written,
+    several at a time (NumPy's generators, sorts and file writes release the GIL)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    paths = [folder / f"{prefix}_{i:05d}.npy" for i in range(len(sizes))]
+
+    def write(i):
+        if not paths[i].exists():
+            np.save(paths[i], make(i, sizes[i]))
+
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(sizes)))) as pool:
+        list(pool.map(write, range(len(sizes))))
     return paths
 
 
@@ -205,15 +219,20 @@ def _disk_data(folder, rows, probes, shard_rows, probe_shard_rows, d, stored, gb
     return dict(X=X, y=y, sizes=sizes, P=P, psizes=psizes, msgs=msgs)
 
 
-def _read(paths, sizes, trailing, dtype, gpu):
-    """A Dask array of the shards, each read by a worker with ``np.load`` (CuPy on GPU workers)."""
+def _read(paths, sizes, trailing, dtype, gpu, reader="sknn"):
+    """A Dask array of the shards, each read by a worker (CuPy blocks on GPU workers):
+    :func:`sknn_gpu.io.read_npy_shards`, or ``np.load`` per shard with ``reader='numpy'``."""
+    if reader == "sknn":
+        return read_npy_shards([str(p) for p in paths], device="cuda" if gpu else "cpu")
     import dask
     import dask.array as da
 
     meta = _xp(gpu).empty((0,) + trailing, dtype=dtype)
     return da.concatenate(
         [
-            da.from_delayed(dask.delayed(_load)(str(p), gpu), shape=(n,) + trailing, dtype=dtype, meta=meta)
+            da.from_delayed(
+                dask.delayed(_load)(str(p), gpu, reader), shape=(n,) + trailing, dtype=dtype, meta=meta
+            )
             for p, n in zip(paths, sizes, strict=True)
         ]
     )
@@ -282,9 +301,15 @@ def _task_stream_json(ts, path):
 
 
 def profiled(client, fn, report, name):
+    """:func:`profiled_run`'s note alone."""
+    return profiled_run(client, fn, report, name)[0]
+
+
+def profiled_run(client, fn, report, name):
     """Run ``fn()`` once more, under a performance report in ``report`` when given (the task
     stream as JSON where bokeh, which the HTML report needs, is missing); returns a note on
-    the bytes the workers moved during it."""
+    the bytes the workers moved during it and what ``fn`` returned (checked against in
+    memory, so that no extra run is needed for the check)."""
     from distributed import get_task_stream
 
     served0, between0 = transfer_bytes(client)
@@ -295,34 +320,42 @@ def profiled(client, fn, report, name):
             import bokeh  # noqa: F401
         except ImportError:
             with get_task_stream(client) as ts:
-                fn()
+                out = fn()
             _task_stream_json(ts, folder / f"{name}.json")
         else:
             from distributed import performance_report
 
             with performance_report(filename=str(folder / f"{name}.html")):
-                fn()
+                out = fn()
     else:
-        fn()
+        out = fn()
     served, between = transfer_bytes(client)
     between -= between0
-    return f"moved: {_mb(between)} between workers, {_mb(max(served - served0 - between, 0))} to the client"
+    moved = f"moved: {_mb(between)} between workers, {_mb(max(served - served0 - between, 0))} to the client"
+    return moved, out
+
+
+def _cupy_device(k):
+    import cupy as cp
+
+    return cp.cuda.Device(k)
 
 
 # ----------------------------------------------------------------------------------
 # The PyTorch peer: 1-NN by torch.cdist against a reference sample, queries over the GPUs
 # ----------------------------------------------------------------------------------
-def torch_peer(table, pieces, ref, ref_y, n_dev, gpu, load=None, batch=8192, repeat=3):
-    """Rows ``PyTorch cdist 1-NN, n GPUs`` (n = 1..n_dev): each GPU takes a contiguous share of
-    ``pieces`` (arrays, or paths read with ``load``) and labels them by the nearest of
-    ``ref`` (its labels ``ref_y``); a "not installed" row without PyTorch."""
+def torch_peer(table, pieces, ref, ref_y, counts, gpu, load=None, batch=8192, repeat=3):
+    """Rows ``PyTorch cdist 1-NN, n GPUs`` (n in ``counts``): each GPU takes a contiguous share of
+    ``pieces`` (arrays, or paths read with ``load(path, gpu)`` onto the current CuPy device,
+    then handed to PyTorch without a copy) and labels them by the nearest of ``ref`` (its
+    labels ``ref_y``); a "not installed" row without PyTorch."""
     try:
         import torch
     except ImportError:
         table.not_installed("PyTorch cdist 1-NN", "cuda" if gpu else "cpu", "PyTorch")
         print("PyTorch is not installed: no peer row for FlyNN predict\n")
         return
-    counts = range(1, n_dev + 1) if gpu else [1]
+    counts = counts if gpu else [1]
     for n in counts:
         devs = [torch.device(f"cuda:{i}") if gpu else torch.device("cpu") for i in range(n)]
         refs = [torch.as_tensor(to_host(ref)).to(d) for d in devs]
@@ -335,9 +368,9 @@ def torch_peer(table, pieces, ref, ref_y, n_dev, gpu, load=None, batch=8192, rep
 
         def work(k):
             dev = devs[k]
-            with torch.cuda.device(dev) if gpu else nullcontext():
+            with torch.cuda.device(dev) if gpu else nullcontext(), _cupy_device(k) if gpu else nullcontext():
                 for p in shares[k]:  # noqa: B023
-                    q = torch.as_tensor(load(p)).to(dev) if load is not None else p
+                    q = torch.as_tensor(load(p, gpu), device=dev) if load is not None else p
                     for a in range(0, q.shape[0], batch):
                         nearest = torch.cdist(q[a : a + batch], refs[k]).argmin(dim=1)  # noqa: B023
                         labs[k][nearest]  # noqa: B023 (the prediction, kept on the GPU)
@@ -472,7 +505,7 @@ def run_in_memory_data(n_rows, chunk, hash_shape, gpu, worker_counts, repeat, su
     counts = to_host(fly.counts_).copy()
     expect_p = fingerprint(fly.predict(X), 0)
     ref = to_host(X[: opts.torch_ref])
-    torch_peer(preds, blocks, ref, y[: opts.torch_ref], worker_counts[-1], gpu)
+    torch_peer(preds, blocks, ref, y[: opts.torch_ref], worker_counts, gpu)
     X = blocks = None  # free the in-memory copy before the clusters start
     if gpu:
         __import__("cupy").get_default_memory_pool().free_all_blocks()
@@ -644,7 +677,8 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
     hasher, fly = _models(hash_shape, device)
     hasher.fit(np.load(data["X"][0])[:1])
     one = _one(gpu)
-    loop = "shard by shard: np.load, to the device, one call per shard"
+    read = "load_npy" if opts.reader == "sknn" else "np.load"
+    loop = f"shard by shard: {read}, to the device, one call per shard"
     where = f"{n_rows:,} x {d} from {len(data['X'])} .npy shards"
     hashes = Table(f"Dask: FlyHash transform of {where} (m={m:,}, s={s}, k={k:,}, packed)", baseline=one)
     fits = Table(f"Dask: FlyNN fit of the same {n_rows:,} rows from .npy shards (10 classes)", baseline=one)
@@ -662,7 +696,7 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
     def codes_1():
         return _add(
             *(
-                fingerprint(hasher.transform(_load(p, gpu)), o)
+                fingerprint(hasher.transform(_load(p, gpu, opts.reader)), o)
                 for p, o in zip(data["X"], offsets, strict=True)
             )
         )
@@ -670,19 +704,25 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
     def fit_1():
         est = FlyNNClassifier(**fly.get_params())
         for p, q in zip(data["X"], data["y"], strict=True):
-            est.partial_fit(_load(p, gpu), np.load(q), classes=classes)
+            est.partial_fit(_load(p, gpu, opts.reader), np.load(q), classes=classes)
         return est
 
     def predict_1(est):
         return _add(
-            *(fingerprint(est.predict(_load(p, gpu)), o) for p, o in zip(data["X"], offsets, strict=True))
+            *(
+                fingerprint(est.predict(_load(p, gpu, opts.reader)), o)
+                for p, o in zip(data["X"], offsets, strict=True)
+            )
         )
 
     mem = GBNNMemory(device=device, random_state=0, cluster_size=GBNN["L"]).fit(data["msgs"])
 
     def gbnn_1():
         return _add(
-            *(fingerprint(mem.predict(_load(p, gpu)), o) for p, o in zip(data["P"], poffsets, strict=True))
+            *(
+                fingerprint(mem.predict(_load(p, gpu, opts.reader)), o)
+                for p, o in zip(data["P"], poffsets, strict=True)
+            )
         )
 
     sync = device
@@ -713,15 +753,28 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
     if "predict" in want:
         ref = np.load(data["X"][0])[: opts.torch_ref]
         ref_y = np.load(data["y"][0])[: opts.torch_ref]
-        torch_peer(preds, data["X"], ref, ref_y, worker_counts[-1], gpu, load=np.load, repeat=repeat)
+        torch_peer(
+            preds,
+            data["X"],
+            ref,
+            ref_y,
+            worker_counts,
+            gpu,
+            load=lambda p, g: _load(p, g, opts.reader),
+            repeat=repeat,
+        )
 
     for n in worker_counts:
         label = _label(n, gpu)
         tag = f"{n}{'gpu' if gpu else 'cpu'}"
         with local_cluster(gpu, n, opts.threads) as cluster, Client(cluster) as client:
-            dX = _read(data["X"], data["sizes"], (d,), np.float32, gpu)
-            dy = _read(data["y"], data["sizes"], (), np.int64, False)
-            dP = _read(data["P"], data["psizes"], (GBNN["C"],), np.int32, gpu) if "gbnn" in want else None
+            dX = _read(data["X"], data["sizes"], (d,), np.float32, gpu, opts.reader)
+            dy = _read(data["y"], data["sizes"], (), np.int64, False, opts.reader)
+            dP = (
+                _read(data["P"], data["psizes"], (GBNN["C"],), np.int32, gpu, opts.reader)
+                if "gbnn" in want
+                else None
+            )
 
             def codes():
                 return dask_fingerprint(client, hasher.transform(dX))  # noqa: B023
@@ -741,14 +794,15 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
 
             if "flyhash" in want:
                 secs = time_cpu(codes, repeat=repeat, warmup=1)
-                note = profiled(client, codes, opts.report, f"disk_flyhash_transform_{tag}")
-                hashes.add(label, device, secs, f"identical: {codes() == expect_h}", note)
+                note, got = profiled_run(client, codes, opts.report, f"disk_flyhash_transform_{tag}")
+                hashes.add(label, device, secs, f"identical: {got == expect_h}", note)
                 summary.add(f"FlyHash transform {where}", label, secs)
             if "fit" in want:
                 secs = time_cpu(fit, repeat=repeat, warmup=1)
-                note = profiled(client, fit, opts.report, f"disk_flynn_fit_{tag}")
-            if want & {"fit", "predict"}:
+                note, dist = profiled_run(client, fit, opts.report, f"disk_flynn_fit_{tag}")
+            elif "predict" in want:
                 dist = fit()
+            if want & {"fit", "predict"}:
                 same = np.array_equal(to_host(dist.counts_), counts)
             if "fit" in want:
                 summary.add(
@@ -758,8 +812,13 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
                 )
             if "predict" in want:
                 secs = time_cpu(lambda: predict(dist), repeat=repeat, warmup=1)  # noqa: B023
-                note = profiled(client, lambda: predict(dist), opts.report, f"disk_flynn_predict_{tag}")  # noqa: B023
-                same = dask_fingerprint(client, predict(dist)) == expect_p
+                note, out = profiled_run(
+                    client,
+                    lambda: predict(dist),  # noqa: B023
+                    opts.report,
+                    f"disk_flynn_predict_{tag}",
+                )
+                same = dask_fingerprint(client, out) == expect_p
                 summary.add(
                     f"FlyNN predict {n_rows:,} from disk",
                     label,
@@ -780,8 +839,8 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
                 )
             if "gbnn" in want:
                 secs = time_cpu(gbnn, repeat=repeat, warmup=1)
-                note = profiled(client, gbnn, opts.report, f"disk_gbnn_predict_{tag}")
-                same = dask_fingerprint(client, gbnn()) == expect_g
+                note, out = profiled_run(client, gbnn, opts.report, f"disk_gbnn_predict_{tag}")
+                same = dask_fingerprint(client, out) == expect_g
                 summary.add(
                     f"GBNN predict {K:,} probes from disk",
                     label,
@@ -799,13 +858,16 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
 
 
 def worker_counts(gpu, want):
-    """1..N: N = ``want`` (at most the GPUs found) or every GPU; 1..2 CPU workers without one."""
-    if not gpu:
-        return list(range(1, (want or 2) + 1))
-    from sknn_gpu._backend import device_limits
+    """1, 2, 4, ... up to N, and N: N = ``want`` (at most the GPUs found) or every GPU;
+    1 and 2 CPU workers without one."""
+    if gpu:
+        from sknn_gpu._backend import device_limits
 
-    found = device_limits().n_devices
-    return list(range(1, min(want or found, found) + 1))
+        found = device_limits().n_devices
+        top = min(want or found, found)
+    else:
+        top = want or 2
+    return sorted({2**e for e in range(top.bit_length()) if 2**e <= top} | {top})
 
 
 def main(argv=None):
@@ -816,7 +878,15 @@ def main(argv=None):
     extra.add_argument("--chunk", type=int, default=50_000, help="rows per chunk handed in (FlyHash, FlyNN)")
     extra.add_argument("--gbnn-chunk", type=int, default=250_000, help="probes per chunk handed in (GBNN)")
     extra.add_argument("--threads", type=int, default=1, help="task threads per GPU worker")
-    extra.add_argument("--gpus", type=int, default=None, help="Dask on 1..N GPUs (default: all found)")
+    extra.add_argument(
+        "--gpus", type=int, default=None, help="Dask on 1, 2, 4, ... N GPUs (default N: all found)"
+    )
+    extra.add_argument(
+        "--reader",
+        choices=READERS,
+        default="sknn",
+        help="with --data-dir: read shards with sknn_gpu.io (default) or np.load + cupy.asarray",
+    )
     extra.add_argument(
         "--rows", type=int, default=None, help="FlyHash/FlyNN rows (default 2M; 20M with --data-dir)"
     )

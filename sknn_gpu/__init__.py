@@ -41,7 +41,7 @@ _EXPORTS = {
     "SparseNetRegressor": ".sparse",
 }
 #: reachable as ``sknn_gpu.<name>`` after a bare ``import sknn_gpu``
-_SUBMODULES = ("fly", "halftone", "memory", "neural_network", "sparse", "device", "linalg", "metrics")
+_SUBMODULES = ("fly", "halftone", "memory", "neural_network", "sparse", "device", "linalg", "metrics", "io")
 
 __getattr__, __dir__ = attach(__name__, _EXPORTS, _SUBMODULES)
 

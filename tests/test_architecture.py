@@ -38,6 +38,7 @@ CORE = (
     "_typing",
     "_version",
     "_sklearn_compat",
+    "io",
 )
 #: The one module allowed to import scikit-learn's private names.
 SKLEARN_COMPAT = "sknn_gpu._sklearn_compat"
