@@ -1,8 +1,8 @@
 """How fast ``.npy`` shards reach the GPU: ``np.load`` + ``cupy.asarray`` against ``sknn_gpu.io.load_npy``.
 
-Reads the shards ``X_*.npy`` of ``--dir`` (written there first when missing: ``--shards``
-shards of ``--rows`` x 784 float32, about 1 GiB each, as ``bench_dask.py --data-dir`` writes
-them), from the host's page cache once they have been read, and prints the throughput of
+Reads the first ``--shards`` shards ``X_*.npy`` of ``--dir`` (written there first when
+missing: shards of ``--rows`` x 784 float32, about 1 GiB each, the ones ``bench_dask.py
+--data-dir`` writes), from the host's page cache once they have been read, and prints the throughput of
 each reader: one process reading every shard to GPU 0, then ``n`` processes at once
 (``n`` = 1, 2, 4, ... ``--gpus``), process ``i`` reading every ``n``-th shard to GPU ``i``,
 as ``n`` Dask workers do. Medians of ``--repeat`` passes.
@@ -79,6 +79,7 @@ def main():
                 folder / f"X_{i:05d}.npy", np.random.default_rng(i).random((args.rows, D), dtype=np.float32)
             )
         paths = sorted(str(p) for p in folder.glob("X_*.npy"))
+    paths = paths[: args.shards]
     nbytes = sum(os.path.getsize(p) for p in paths)
     for p in paths:  # into the page cache
         with open(p, "rb") as f:
