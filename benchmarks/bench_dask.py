@@ -23,8 +23,10 @@ Two ways to hold the data:
   one call per shard: the way one GPU gets through data larger than its memory). Then
   FlyHash transform, FlyNN fit and predict, the whole FlyHash -> FlyNN fit -> predict
   pipeline end to end, and GBNN predict; 20,000,000 rows and 60,000,000 probes by
-  default on GPUs. Shards hold ``--shard-rows`` rows (default: the Dask block size the
-  estimators use, ``sknn_gpu._dask.BLOCK_BYTES``, so no shard is merged or moved).
+  default on GPUs. Shards hold ``--shard-rows`` rows and ``--probe-shard-rows`` probes
+  (default: the Dask block size the estimators use, ``sknn_gpu._dask.BLOCK_BYTES``, so no
+  shard is merged or moved; smaller shards balance better when there are few of them
+  per worker).
   ``--workloads`` picks some of them (``flyhash,fit,predict,pipeline,gbnn``), so that a
   large run can be split over several sittings.
 
@@ -665,7 +667,7 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
     row_bytes = d * 4
     block = BLOCK_BYTES["cuda" if gpu else "cpu"]
     shard = opts.shard_rows or max(1, math.ceil(block / row_bytes))
-    pshard = opts.shard_rows or max(1, math.ceil(block / (GBNN["C"] * 4)))
+    pshard = opts.probe_shard_rows or max(1, math.ceil(block / (GBNN["C"] * 4)))
     want = set(opts.workloads)
     started = time.perf_counter()
     data = _disk_data(Path(folder), n_rows, K, shard, pshard, d, opts.stored, gbnn="gbnn" in want)
@@ -897,6 +899,12 @@ def main(argv=None):
     extra.add_argument("--data-dir", default=None, help="write .npy shards here once; the runs read them")
     extra.add_argument(
         "--shard-rows", type=int, default=None, help="rows per shard (default: the Dask block size)"
+    )
+    extra.add_argument(
+        "--probe-shard-rows",
+        type=int,
+        default=None,
+        help="GBNN probes per shard (default: the Dask block size)",
     )
     extra.add_argument("--torch-ref", type=int, default=None, help="reference rows of the PyTorch 1-NN peer")
     extra.add_argument("--report", default=None, help="save a Dask performance report per workload here")
