@@ -7,7 +7,10 @@ printed). This script reads those tables — no number is typed in here — and 
 * ``docs/_static/perf/<estimator>.png``: per estimator, the median times of our rows
   and the peers' rows of chosen tables, on a log scale;
 * ``docs/user_guide/flynn_scaling.png``: FlyNN ``predict`` against PyTorch brute-force
-  1-NN as the training set grows.
+  1-NN as the training set grows;
+* ``docs/user_guide/scaling_out_disk.png``: Dask on 1, 2, 4, ... GPUs against one GPU in
+  memory, from the scale-out summaries of ``bench_dask_disk_*.md`` (``bench_dask.py
+  --data-dir``), workloads of at least 5 s on one GPU.
 
 Run from the repository root after recording new output:
 ``python benchmarks/plot_results.py benchmarks/results/2026-11-23-h100``. The README's
@@ -134,6 +137,59 @@ def plot_flynn_scaling(results, out_png):
     plt.close(fig)
 
 
+def scale_out_rows(results, min_seconds=5.0):
+    """``[(workload, {GPUs: speed-up against in memory on one GPU}), ...]`` from the scale-out
+    summaries of the ``bench_dask_disk_*.md`` files in ``results``: the workloads that take
+    at least ``min_seconds`` in memory on one GPU."""
+    out = []
+    for path in sorted(results.glob("bench_dask_disk_*.md")):
+        for title, rows in tables(path).items():
+            if not title.startswith("Scale-out summary"):
+                continue
+            for r in rows:
+                base = parse_time(r.get("in memory, 1 GPU", ""))
+                if base is None or base < min_seconds:
+                    continue
+                speed = {}
+                for col, cell in r.items():
+                    m = re.fullmatch(r"Dask, (\d+) GPUs?", col)
+                    t = parse_time(cell.split(" (")[0]) if m else None
+                    if t:
+                        speed[int(m.group(1))] = base / t
+                out.append((r["workload"], speed))
+    return out
+
+
+def plot_scale_out(results, out_png, target=(4, 3.5)):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = scale_out_rows(results)
+    fig, ax = plt.subplots(figsize=(6.2, 3.8))
+    top = max(max(s) for _, s in rows)
+    ax.plot([1, top], [1, top], ":", color="gray", label="linear")
+    for name, speed in rows:
+        gpus = sorted(speed)
+        label = re.sub(r" from (\d+ \.npy shards|disk)$", "", name)
+        ax.plot(gpus, [speed[g] for g in gpus], "o-", label=label)
+    ax.plot([target[0]], [target[1]], "r_", markersize=18, mew=2, label=f"target at {target[0]} GPUs")
+    ax.set_xticks(sorted({g for _, s in rows for g in s}))
+    ax.set_xlabel("GPUs (Dask, one worker per GPU, 2 threads each)")
+    ax.set_ylabel("speed-up against one GPU in memory")
+    ax.set_title(
+        "Data read from .npy shards (median times); one GPU in memory reads,\n"
+        "then computes, shard by shard; Dask's two threads overlap the two",
+        fontsize=9,
+    )
+    ax.legend(fontsize=7, loc="upper left")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=110)
+    plt.close(fig)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("results", type=Path, help="a directory of recorded benchmark output")
@@ -145,6 +201,8 @@ def main(argv=None):
             plot_estimator(args.results, key, out / f"{key}.png")
     if (args.results / "flynn.md").exists():
         plot_flynn_scaling(args.results, ROOT / "docs" / "user_guide" / "flynn_scaling.png")
+    if scale_out_rows(args.results):
+        plot_scale_out(args.results, ROOT / "docs" / "user_guide" / "scaling_out_disk.png")
     return 0
 
 
