@@ -34,7 +34,7 @@ PEER_LINE = re.compile(
 FLYHASH = "2026-11-26-h100/bench_flyhash_fmnist_recheck.md"
 SPARSE = "2026-11-26-h100/sparsenet_latency_after_review_mend.md"
 
-FLYNN = "2026-11-28-h200/bench_flynn_defaults.md"
+FLYNN = "2026-11-28-h100/bench_flynn_defaults.md"
 #: (estimator, workload, results file, table title prefix, our row (on cuda), peer class or None)
 WORKLOADS = [
     ("GBNNMemory", "joint retrieval, 30,000 probes (Scenario 2)", "2026-11-26-h100/bench_gbnn_peers.md",
@@ -43,11 +43,11 @@ WORKLOADS = [
      "FashionMNIST shape", "ours GPU (transform)", "exact"),
     ("FlyHashTransformer", "precision='fast', FashionMNIST shape", FLYHASH,
      "FashionMNIST shape", "ours GPU (transform, precision='fast')", "inexact"),
-    ("FlyNNClassifier", "predict 10,000, 6,000 training rows (H200)", FLYNN,
+    ("FlyNNClassifier", "predict 10,000, 6,000 training rows", FLYNN,
      "Training-set sweep (GPU): 6,000 ", "ours FlyNN predict (GPU)", None),
-    ("FlyNNClassifier", "predict 10,000, 600,000 training rows (H200)", FLYNN,
+    ("FlyNNClassifier", "predict 10,000, 600,000 training rows", FLYNN,
      "Training-set sweep (GPU): 600,000 ", "ours FlyNN predict (GPU)", None),
-    ("FlyNNClassifier", "predict digits (540 rows, H200)", FLYNN,
+    ("FlyNNClassifier", "predict digits (540 rows)", FLYNN,
      "digits (defaults): predict", "ours FlyNN", None),
     ("DTCNNHalftoner", "one 512² photo (Pillow on one core)", "2026-11-26-h100/dtcnn_rowskip.md",
      "camera 512x512", "ours DT-CNN (rows)", None),
@@ -146,7 +146,7 @@ def plot(rows, out_png):
     ax.set_xlim(min(speed) / 2, max(speed) * 4)
     ax.set_xlabel("times faster than the strongest peer (log scale; red: the peer is faster)", fontsize=9)
     ax.set_title(
-        "sknn_gpu on one H100 (FlyNN, MLP: H200) against what a user would write instead", fontsize=10
+        "sknn_gpu on one H100 (MLP: H200) against what a user would write instead", fontsize=10
     )
     fig.tight_layout()
     fig.savefig(out_png, dpi=100)
