@@ -3,8 +3,9 @@ Scaling out from files: ``.npy`` shards read by the workers
 ===========================================================
 
 A user's data live in files. Here they are ``.npy`` shards, one block of rows each,
-and every Dask worker reads the shards it works on with :func:`numpy.load` (on a
-``dask_cuda`` cluster the block goes straight to its GPU). Then the whole pipeline
+and :func:`sknn_gpu.io.read_npy_shards` makes them one Dask array whose blocks every
+worker reads itself (on a ``dask_cuda`` cluster straight to its GPU, through pinned
+staging buffers; only the files' headers are read here). Then the whole pipeline
 runs where the data are: a FlyHash transform, a FlyNN fit whose count tables are
 summed up a tree on the workers, and a prediction that stays on the workers until
 it is reduced to one accuracy. Only the count table, the fitted hash and a few
@@ -32,14 +33,13 @@ import os
 import tempfile
 from pathlib import Path
 
-import dask
-import dask.array as da
 import matplotlib.pyplot as plt
 import numpy as np
 from distributed import Client, LocalCluster
 
 from sknn_gpu import FlyHashTransformer, FlyNNClassifier
 from sknn_gpu.device import cuda_available
+from sknn_gpu.io import read_npy_shards
 
 # SKNN_GPU_EXAMPLES_SMALL=1 asks for a quick run: 12,000 rows, workers in this process
 SMALL = os.environ.get("SKNN_GPU_EXAMPLES_SMALL", "") not in ("", "0")
@@ -57,30 +57,6 @@ def write_shards(folder, n_shards, rows):
         X = protos[y] + np.float32(0.7) * rng.standard_normal((rows, N_FEATURES), dtype=np.float32)
         np.save(folder / f"X_{i:05d}.npy", X)
         np.save(folder / f"y_{i:05d}.npy", y)
-
-
-def load(path, gpu):
-    """Runs on a worker: one shard, on the worker's GPU when it has one."""
-    block = np.load(path)
-    if gpu:
-        import cupy
-
-        return cupy.asarray(block)
-    return block
-
-
-def read_shards(folder, name, gpu=False):
-    """A lazy Dask array of the shards ``name_*.npy``: one block per shard, read by a worker.
-
-    The shapes come from the files' headers (``mmap_mode='r'`` reads no data here)."""
-    paths = sorted(folder.glob(f"{name}_*.npy"))
-    first = np.load(paths[0], mmap_mode="r")
-    meta = (__import__("cupy") if gpu else np).empty((0,) + first.shape[1:], dtype=first.dtype)
-    blocks = []
-    for p in paths:
-        shape = np.load(p, mmap_mode="r").shape
-        blocks.append(da.from_delayed(dask.delayed(load)(str(p), gpu), shape, dtype=first.dtype, meta=meta))
-    return da.concatenate(blocks)
 
 
 def moved(client):
@@ -117,8 +93,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp, cluster, Client(cluster) as client:
         folder = Path(tmp)
         write_shards(folder, n_shards, rows)
-        X = read_shards(folder, "X", gpu)
-        y = read_shards(folder, "y")
+        X = read_npy_shards(str(folder / "X_*.npy"), device=device)  # CuPy blocks on GPU workers
+        y = read_npy_shards(str(folder / "y_*.npy"))  # labels stay NumPy
         n_train = (n_shards - 2) * rows  # the last two shards are held out
         X_train, y_train, X_test, y_test = X[:n_train], y[:n_train], X[n_train:], y[n_train:]
         print(f"{len(client.scheduler_info()['workers'])} workers; {n_shards} shards of {rows:,} rows")
