@@ -88,9 +88,11 @@ test-sklearn-latest:
 docs: $(VENV)/.dev-installed
 	$(BIN)/sphinx-build -b html docs docs/_build/html
 
-# docs build check used by `make test`: warnings are errors; gallery examples are not executed
+# docs build check used by `make test`: warnings are errors; gallery examples are not executed;
+# a fresh environment (-E), because autosummary writes the stubs of a page added since the last
+# build only when it reads every page anew
 docs-check: $(VENV)/.dev-installed
-	$(BIN)/sphinx-build -W --keep-going -q -b html -D plot_gallery=0 docs docs/_build/html-check
+	$(BIN)/sphinx-build -E -W --keep-going -q -b html -D plot_gallery=0 docs docs/_build/html-check
 
 lint: $(VENV)/.dev-installed
 	$(BIN)/ruff check sknn_gpu tests benchmarks examples docs/conf.py
