@@ -261,7 +261,9 @@ def read_npy_shards(paths, device="cpu"):
         import dask
         import dask.array as da
     except ImportError as exc:  # pragma: no cover - the dask extra is installed in CI
-        raise ImportError('read_npy_shards needs Dask: pip install "sknn_gpu[dask]"') from exc
+        raise ImportError(
+            'read_npy_shards needs Dask: install the dask extra (pip install ".[dask]" from the source tree)'
+        ) from exc
     device = resolve_device(device)
     files = _paths(paths)
     headers = [npy_header(p) for p in files]
@@ -269,10 +271,10 @@ def read_npy_shards(paths, device="cpu"):
     if len(shape0) == 0:
         raise ValueError(f"{files[0]!r} holds a 0-d array: shards need a first axis to stack along.")
     for p, (shape, dtype, _, _) in zip(files, headers, strict=True):
-        if dtype != dtype0 or shape[1:] != shape0[1:]:
+        if dtype != dtype0 or len(shape) != len(shape0) or shape[1:] != shape0[1:]:
             raise ValueError(
                 f"{p!r} holds {shape} of {dtype}, but {files[0]!r} holds {shape0} of {dtype0}: the shards "
-                "must share the dtype and every dimension after the first."
+                "must share the dtype, the number of dimensions and every dimension after the first."
             )
     native = dtype0.newbyteorder("=")
     meta = (get_cupy() if device == "cuda" else np).empty((0,) + shape0[1:], dtype=native)

@@ -164,6 +164,9 @@ def test_read_npy_shards_refuses_shards_that_do_not_stack(tmp_path, rng):
     np.save(tmp_path / "s.npy", np.float32(1))
     with pytest.raises(ValueError, match="0-d array"):
         read_npy_shards([tmp_path / "s.npy"])
+    np.save(tmp_path / "v.npy", np.zeros(4, dtype=np.float32))
+    with pytest.raises(ValueError, match="s.npy' holds \\(\\) of float32"):
+        read_npy_shards([tmp_path / "v.npy", tmp_path / "s.npy"])  # a 0-d file after a 1-d one
 
 
 def test_module_examples_run():
