@@ -18,9 +18,11 @@ Two ways to hold the data:
   the workers (contiguous row ranges per worker, persisted before the clock starts);
   2,000,000 rows (``--rows``), 6,000,000 probes (``--probes``);
 * ``--data-dir DIR``: the data are written once as ``.npy`` shards in ``DIR`` (kept for
-  later runs) and every timed run reads them: the Dask workers with ``dask.array``
-  (one ``np.load`` per shard), the one-GPU baseline shard by shard (load, to the GPU,
-  one call per shard: the way one GPU gets through data larger than its memory). Then
+  later runs) and every timed run reads them: the Dask workers through
+  ``sknn_gpu.io.read_npy_shards`` (one task per shard), the one-GPU baseline shard by
+  shard with ``sknn_gpu.io.load_npy`` (to the GPU, one call per shard: the way one GPU
+  gets through data larger than its memory); ``--reader numpy`` reads with ``np.load``
+  (+ ``cupy.asarray``) on both sides instead. Then
   FlyHash transform, FlyNN fit and predict, the whole FlyHash -> FlyNN fit -> predict
   pipeline end to end, and GBNN predict; 20,000,000 rows and 60,000,000 probes by
   default on GPUs. Shards hold ``--shard-rows`` rows and ``--probe-shard-rows`` probes
@@ -41,8 +43,8 @@ A summary table at the end shows every workload against in memory on one device;
 result is also written to stderr as soon as it is measured (``[bench_dask] ...`` lines), so
 a run cut short keeps what it measured.
 
-``--gpus N`` runs Dask on 1..N GPUs (default: every GPU found; 2 CPU worker
-processes without a GPU). ``--chunk`` and ``--gbnn-chunk`` set the rows per Dask block
+``--gpus N`` runs Dask on 1, 2, 4, ... and N GPUs (default: every GPU found; 1 and 2 CPU
+worker processes without a GPU). ``--chunk`` and ``--gbnn-chunk`` set the rows per Dask block
 as the user hands them in (defaults 50,000 and 250,000; the estimators merge blocks
 smaller than their target); ``--threads`` the task threads of each GPU worker
 (default 1). Without a GPU (or with ``--quick``) the sizes shrink and the cluster is 1
