@@ -166,8 +166,27 @@ def _load_keel(name):
     return features.to_numpy(dtype=np.float64), y
 
 
-def flynn_methods(n_components=(2**13,), seed=0):
-    """Name -> factory of the FlyNN settings and the logistic-regression reference."""
+def parse_candidate(text):
+    """``'k=128,gamma=0.01'`` -> ``{'k': 128, 'gamma': 0.01}`` (ints, floats or words)."""
+    params = {}
+    for item in text.split(","):
+        key, _, value = item.partition("=")
+        if not key or not value:
+            raise ValueError(f"a candidate is key=value pairs joined by commas, got {text!r}")
+        for kind in (int, float):
+            try:
+                params[key.strip()] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            params[key.strip()] = value.strip()
+    return params
+
+
+def flynn_methods(n_components=(2**13,), seed=0, candidates=()):
+    """Name -> factory of the FlyNN settings and the logistic-regression reference
+    (``candidates``: extra settings, dicts of ``FlyNNClassifier`` parameters)."""
     methods = {
         "FlyNN defaults": lambda: FlyNNClassifier(device="cpu", random_state=seed),
         "FlyNN thermometer 8192": lambda: FlyNNClassifier(
@@ -184,6 +203,9 @@ def flynn_methods(n_components=(2**13,), seed=0):
         methods[label] = lambda n=n: FlyNNClassifier(
             n_components=n, batch_size=max(1, _BATCH_CELLS // n), device="cpu", random_state=seed
         )
+    for params in candidates:
+        label = "FlyNN " + " ".join(f"{k}={v}" for k, v in params.items())
+        methods[label] = lambda params=params: FlyNNClassifier(**params, device="cpu", random_state=seed)
     methods["LogReg"] = lambda: make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
     return methods
 
@@ -206,7 +228,7 @@ def _fingerprint(indices):
 fingerprint = _fingerprint
 
 
-def evaluate_table(X, y, n_splits=5, seed=0, n_components=(2**13,)):
+def evaluate_table(X, y, n_splits=5, seed=0, n_components=(2**13,), candidates=()):
     """Score every method on one table over the same stratified, shuffled folds.
 
     Returns a dict: ``folds`` (the ``(train, test)`` index arrays used, one pair per
@@ -220,7 +242,7 @@ def evaluate_table(X, y, n_splits=5, seed=0, n_components=(2**13,)):
     """
     cv = StratifiedKFold(n_splits, shuffle=True, random_state=seed)
     folds = [(train, test) for train, test in cv.split(X, y)]
-    factories = {**flynn_methods(n_components, seed), **knn_candidates()}
+    factories = {**flynn_methods(n_components, seed, candidates), **knn_candidates()}
     labels = np.unique(y)
     accuracy = {name: [] for name in factories}
     seconds = dict.fromkeys(factories, 0.0)
@@ -357,14 +379,16 @@ def render_markdown(results, header, n_splits, seed, notes=()):
     return "\n".join(lines)
 
 
-def sweep(names, n_splits=5, seed=0, n_components=(2**13,), max_rows=None, log=print):
+def sweep(names, n_splits=5, seed=0, n_components=(2**13,), max_rows=None, log=print, candidates=()):
     """Evaluate every named table; returns ``{name: result}`` (see :func:`evaluate_table`),
     each result with ``shape`` ``(rows, features, classes)`` and ``note`` added."""
     results = {}
     for name in names:
         X, y, note = load_table(name, max_rows=max_rows, seed=seed)
         start = time.perf_counter()
-        res = evaluate_table(X, y, n_splits=n_splits, seed=seed, n_components=n_components)
+        res = evaluate_table(
+            X, y, n_splits=n_splits, seed=seed, n_components=n_components, candidates=candidates
+        )
         res["shape"] = (X.shape[0], X.shape[1], len(np.unique(y)))
         res["note"] = note
         results[name] = res
@@ -398,11 +422,20 @@ def main(argv=None):
         help="extra FlyNN widths (defaults otherwise)",
     )
     parser.add_argument("--max-rows", type=int, default=None, help="subsample larger tables (stratified)")
+    parser.add_argument(
+        "--candidate",
+        type=parse_candidate,
+        action="append",
+        default=[],
+        help="an extra FlyNN setting beside the defaults, e.g. k=128,gamma=0.01 (repeatable)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here")
     args = parser.parse_args(argv)
     suite = DEV_SUITE if args.suite == "dev" else HELD_OUT
     names = list(QUICK) if args.quick else (args.datasets or list(suite))
-    results = sweep(names, args.folds, args.seed, tuple(args.n_components), args.max_rows)
+    results = sweep(
+        names, args.folds, args.seed, tuple(args.n_components), args.max_rows, candidates=args.candidate
+    )
     command = "python benchmarks/tools/sweep_flynn_devsuite.py" + (" " + " ".join(argv) if argv else "")
     if argv is None:
         command = "python benchmarks/tools/sweep_flynn_devsuite.py " + " ".join(sys.argv[1:])
