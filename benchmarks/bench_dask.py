@@ -861,17 +861,20 @@ def run_disk(folder, n_rows, K, hash_shape, gpu, worker_counts, repeat, summary,
             table.print()
 
 
+def doubling_counts(top):
+    """1, 2, 4, ... up to ``top``, and ``top``."""
+    return sorted({2**e for e in range(top.bit_length()) if 2**e <= top} | {top})
+
+
 def worker_counts(gpu, want):
-    """1, 2, 4, ... up to N, and N: N = ``want`` (at most the GPUs found) or every GPU;
+    """:func:`doubling_counts` of N: N = ``want`` (at most the GPUs found) or every GPU;
     1 and 2 CPU workers without one."""
     if gpu:
         from sknn_gpu._backend import device_limits
 
         found = device_limits().n_devices
-        top = min(want or found, found)
-    else:
-        top = want or 2
-    return sorted({2**e for e in range(top.bit_length()) if 2**e <= top} | {top})
+        return doubling_counts(min(want or found, found))
+    return doubling_counts(want or 2)
 
 
 def main(argv=None):

@@ -17,9 +17,14 @@ Medians of ``--repeat``. Run: ``python benchmarks/tools/profile_gbnn_dask_fit.py
 import argparse
 import collections
 import statistics
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # _harness beside the benchmarks
 
 import numpy as np
+from _harness import local_cluster
 
 C, L = 16, 512
 
@@ -38,20 +43,6 @@ def _make_w(device):
     from sknn_gpu._backend import get_xp
 
     return get_xp(device).zeros((C * L, C * ((L + 31) // 32)), dtype=np.uint32)
-
-
-def _cluster(n, device):
-    if device == "cuda":
-        import sys
-        from pathlib import Path
-
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from _harness import pinned_gpu_cluster
-
-        return pinned_gpu_cluster(n, 1)
-    from distributed import LocalCluster
-
-    return LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
 
 
 def main():
@@ -76,7 +67,7 @@ def main():
 
     print(f"GBNN fit of {args.messages:,} messages (C={C}, L={L}), {args.device}, medians of {args.repeat}")
     print(f"in memory:                       {_median(in_memory, args.repeat) * 1e3:8.2f} ms")
-    with _cluster(args.workers, args.device) as cluster, Client(cluster) as client:
+    with local_cluster(args.device == "cuda", args.workers) as cluster, Client(cluster) as client:
         X = da.from_array(msgs, chunks=(max(1, args.messages // (4 * args.workers)), -1)).persist()
         t_task = _median(lambda: client.submit(int, 1, pure=False).result(), args.repeat)
         t_w = _median(lambda: client.submit(_make_w, args.device, pure=False).result(), args.repeat)

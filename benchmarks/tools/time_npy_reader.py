@@ -17,7 +17,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parents[2])]
+
 import numpy as np
+from bench_dask import doubling_counts
 
 ROWS, D = 342_393, 784
 
@@ -53,10 +56,6 @@ def _child(paths, reader, repeat):
     print(" ".join(f"{s:.6f}" for s in times))
 
 
-def _counts(top):
-    return sorted({2**e for e in range(top.bit_length()) if 2**e <= top} | {top})
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default="/tmp/sknn_shards")
@@ -89,7 +88,7 @@ def main():
     print("| reader | processes (one GPU each) | median time | GB/s in all | GB/s per process |")
     print("|---|---|---|---|---|")
     for reader in _readers():
-        for n in _counts(args.gpus):
+        for n in doubling_counts(args.gpus):
             procs = []
             for i in range(n):
                 env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(i))
