@@ -186,7 +186,8 @@ def parse_candidate(text):
 
 def flynn_methods(n_components=(2**13,), seed=0, candidates=()):
     """Name -> factory of the FlyNN settings and the logistic-regression reference
-    (``candidates``: extra settings, dicts of ``FlyNNClassifier`` parameters)."""
+    (``candidates``: extra settings, dicts of ``FlyNNClassifier`` parameters; a candidate's own
+    ``random_state`` replaces ``seed``, to see how much a setting moves with the hash's draw)."""
     methods = {
         "FlyNN defaults": lambda: FlyNNClassifier(device="cpu", random_state=seed),
         "FlyNN thermometer 8192": lambda: FlyNNClassifier(
@@ -205,7 +206,9 @@ def flynn_methods(n_components=(2**13,), seed=0, candidates=()):
         )
     for params in candidates:
         label = "FlyNN " + " ".join(f"{k}={v}" for k, v in params.items())
-        methods[label] = lambda params=params: FlyNNClassifier(**params, device="cpu", random_state=seed)
+        methods[label] = lambda params=params: FlyNNClassifier(
+            **{"device": "cpu", "random_state": seed, **params}
+        )
     methods["LogReg"] = lambda: make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
     return methods
 
