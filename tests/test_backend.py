@@ -429,11 +429,36 @@ def test_free_memory_honours_a_memory_pool_limit_and_work_is_refused_before_allo
         del keep
 
 
+@pytest.mark.cuda
+def test_free_memory_asks_the_driver_only_when_the_pool_cannot_cover_the_need(monkeypatch):
+    import cupy
+
+    pool = cupy.get_default_memory_pool()
+    block = cupy.empty(64 << 20, dtype=np.uint8)
+    del block  # 64 MiB back in the pool, unused
+    assert pool.free_bytes() >= 64 << 20
+    real, calls = cupy.cuda.runtime.memGetInfo, []
+    monkeypatch.setattr(cupy.cuda.runtime, "memGetInfo", lambda: calls.append(1) or real())
+    monkeypatch.setattr(_backend, "_driver_readings", {})
+    assert free_memory("cuda", need=32 << 20) >= 32 << 20 and calls == []
+    assert check_memory(16 << 20, "cuda") == 16 << 20 and calls == []
+    need = pool.free_bytes() + 1  # more than the pool holds: the driver is asked
+    free_memory("cuda", need=need)
+    assert calls == [1]
+    free_memory("cuda", need=need)  # a fresh reading with twice the need free stands in
+    assert calls == [1]
+    monkeypatch.setattr(_backend, "DRIVER_READING_TTL", 0.0)  # a stale one does not
+    free_memory("cuda", need=need)
+    assert calls == [1, 1]
+    with pytest.raises(InsufficientMemoryError, match="on cuda"):
+        check_memory(10 * free_memory("cuda"), "cuda")
+
+
 def test_check_memory_skips_the_query_for_work_up_to_its_floor(monkeypatch):
     import sknn_gpu._backend as backend
 
     calls = []
-    monkeypatch.setattr(backend, "free_memory", lambda device: calls.append(device) or 1000)
+    monkeypatch.setattr(backend, "free_memory", lambda device, need=None: calls.append(device) or 1000)
     assert backend.check_memory(4096, "cpu", floor=4096) == 4096 and calls == []
     with pytest.raises(backend.InsufficientMemoryError, match="needs 4097 bytes"):
         backend.check_memory(4097, "cpu", floor=4096)

@@ -209,7 +209,7 @@ def test_image_too_large_for_memory_is_refused_from_its_header(tmp_path, capsys,
 
     png = tmp_path / "large.png"  # 27 MB estimated: above the 16 MiB that is never checked
     Image.fromarray(np.zeros((512, 512), dtype=np.uint8)).save(png)
-    monkeypatch.setattr(backend, "free_memory", lambda device: 100_000)
+    monkeypatch.setattr(backend, "free_memory", lambda device, need=None: 100_000)
 
     def no_decode(im, path):
         raise AssertionError("pixels decoded before the size check")

@@ -433,7 +433,7 @@ def test_gpu_paper_schedule_plans():
 def test_oversize_work_is_refused_before_allocating(rng, monkeypatch):
     import sknn_gpu._backend as backend
 
-    monkeypatch.setattr(backend, "free_memory", lambda device: 10_000)
+    monkeypatch.setattr(backend, "free_memory", lambda device, need=None: 10_000)
     with pytest.raises(backend.InsufficientMemoryError, match="halftoning images of shape"):
         DTCNNHalftoner(device="cpu").fit(rng.random((512, 512)))  # 27 MB estimated: checked
 
@@ -443,7 +443,7 @@ def test_small_work_does_not_ask_for_the_free_memory(rng, monkeypatch):
     import sknn_gpu._backend as backend
     from sknn_gpu.halftone._images import CPU_BYTES_PER_PIXEL
 
-    def no_query(device):
+    def no_query(device, need=None):
         raise AssertionError("free memory queried for small work")
 
     monkeypatch.setattr(backend, "free_memory", no_query)

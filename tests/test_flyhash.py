@@ -265,7 +265,7 @@ def test_wrong_n_features_and_bad_params(rng):
 def test_dense_output_refused_before_allocating(monkeypatch, rng):
     X = rng.random((10, 4))
     fh = FlyHashTransformer(k=3, random_state=0, device="cpu", output="dense").fit(X)
-    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 100)
+    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device, need=None: 100)
     with pytest.raises(
         InsufficientMemoryError, match=r"transform of 10 samples into 80 units.*only 100 bytes"
     ):
@@ -628,7 +628,7 @@ def test_oversize_projection_refused_before_allocating(monkeypatch):
     import time
     import tracemalloc
 
-    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 32 * 2**30)  # a 32 GiB box
+    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device, need=None: 32 * 2**30)  # a 32 GiB box
     tracemalloc.start()
     t0 = time.perf_counter()
     try:
@@ -655,7 +655,7 @@ def test_oversize_projection_refused_on_any_machine():
 def test_transform_refused_before_allocating_for_every_output(monkeypatch, rng, device, output):
     X = rng.random((40, 6))
     fh = FlyHashTransformer(k=3, random_state=0, device=device, output=output).fit(X)
-    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 1000)
+    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device, need=None: 1000)
     with pytest.raises(
         InsufficientMemoryError, match=rf"transform of 40 samples into 120 units \(output='{output}'\) needs"
     ):

@@ -521,7 +521,7 @@ def test_oversize_model_refused_before_allocating(monkeypatch):
     from sknn_gpu._backend import InsufficientMemoryError
 
     X, y = np.zeros((2, 64)), np.array([0, 1])
-    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 32 * 2**30)  # a 32 GiB box
+    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device, need=None: 32 * 2**30)  # a 32 GiB box
     tracemalloc.start()
     try:
         with pytest.raises(
@@ -548,7 +548,7 @@ def test_prediction_refused_before_allocating(monkeypatch, device, rng):
 
     X, y = _blobs(rng, n=50)
     clf = FlyNNClassifier(k=8, random_state=0, device=device).fit(X, y)
-    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device: 1000)
+    monkeypatch.setattr("sknn_gpu._backend.free_memory", lambda device, need=None: 1000)
     for method in ("predict", "predict_proba", "decision_function", "novelty"):  # each names itself
         with pytest.raises(InsufficientMemoryError, match=rf"FlyNNClassifier\.{method} of 50 samples x 16"):
             getattr(clf, method)(X)

@@ -483,7 +483,7 @@ def _free_bytes(monkeypatch, n_bytes):
     """Pretend that only ``n_bytes`` are free on every device."""
     from sknn_gpu import _backend
 
-    monkeypatch.setattr(_backend, "free_memory", lambda device: int(n_bytes))
+    monkeypatch.setattr(_backend, "free_memory", lambda device, need=None: int(n_bytes))
 
 
 def test_predict_refuses_a_batch_that_does_not_fit_before_computing(monkeypatch, rng):

@@ -336,7 +336,7 @@ def test_huge_network_is_refused_before_allocating(device, digits):
 def _small_memory(monkeypatch, n_bytes):
     from sknn_gpu import _backend
 
-    monkeypatch.setattr(_backend, "free_memory", lambda device: n_bytes)
+    monkeypatch.setattr(_backend, "free_memory", lambda device, need=None: n_bytes)
 
 
 def test_issue_case_30000_squared_refused_on_a_small_box(device, digits, monkeypatch):

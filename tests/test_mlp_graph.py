@@ -190,11 +190,14 @@ def test_cupy_input_in_any_layout(data, graph_runs):
         np.testing.assert_allclose(u, v, rtol=1e-12, atol=1e-14)
 
 
+@pytest.mark.parametrize("hidden", [(20,), (20, 12)])
 @pytest.mark.parametrize("activation", ["identity", "logistic", "tanh", "relu"])
-@pytest.mark.parametrize("target", ["multiclass", "binary", "multilabel"])
-def test_fused_prediction_matches_the_numpy_forward(data, activation, target):
-    """predict_proba on the GPU (cuBLAS products + bias_act / bias_out kernels) against the
-    NumPy forward pass on the same weights (softmax and logistic outputs)."""
+@pytest.mark.parametrize("target", ["multiclass", "binary", "multilabel", "40 classes"])
+def test_fused_prediction_matches_the_numpy_forward(data, activation, target, hidden):
+    """predict_proba on the GPU (cuBLAS products, bias_act_rows, then out_fused up to 32
+    outputs or a product and bias_out above) against the NumPy forward pass on the same
+    weights (softmax and logistic outputs), for CuPy and NumPy input."""
+    import cupy
     from sklearn.datasets import make_multilabel_classification
 
     from sknn_gpu.neural_network._base import forward
@@ -204,12 +207,33 @@ def test_fused_prediction_matches_the_numpy_forward(data, activation, target):
         y = (y > 4).astype(int)
     elif target == "multilabel":
         X, y = make_multilabel_classification(n_samples=200, n_features=30, n_classes=4, random_state=1)
-    params = dict(hidden_layer_sizes=(20, 12), activation=activation, max_iter=3, random_state=0)
+    elif target == "40 classes":  # wider than the fused output kernel takes
+        y = np.arange(len(y)) % 40
+    params = dict(hidden_layer_sizes=hidden, activation=activation, max_iter=3, random_state=0)
     gpu = _fit("cuda", params, X, y)
     expected = forward(X.copy(), gpu.coefs_, gpu.intercepts_, activation, gpu.out_activation_)
     if target == "binary":
         expected = np.hstack([1 - expected, expected])
     np.testing.assert_allclose(gpu.predict_proba(X), expected, rtol=1e-12, atol=1e-15)
+    got = gpu.predict_proba(cupy.asarray(X))
+    assert isinstance(got, cupy.ndarray)
+    np.testing.assert_allclose(got.get(), expected, rtol=1e-12, atol=1e-15)
+
+
+def test_fused_prediction_in_float32_within_the_documented_tolerance(data):
+    """float32 prediction through out_fused: its sums run in another order than NumPy's."""
+    import cupy
+
+    from sknn_gpu.neural_network._base import forward
+
+    X, y = data
+    X = X.astype(np.float32)
+    for hidden in [(300,), (64, 33)]:  # rows of several 32-column strides, and an odd width
+        gpu = _fit("cuda", dict(hidden_layer_sizes=hidden, max_iter=2, random_state=0), X, y)
+        expected = forward(X.copy(), gpu.coefs_, gpu.intercepts_, "relu", "softmax")
+        got = gpu.predict_proba(cupy.asarray(X)).get()
+        assert got.dtype == np.float32
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_nan_in_cupy_input_is_refused_after_the_forward_pass(data):
@@ -223,3 +247,40 @@ def test_nan_in_cupy_input_is_refused_after_the_forward_pass(data):
     for method in (clf.predict, clf.predict_proba, clf.predict_log_proba):
         with pytest.raises(ValueError, match="NaN or infinity"):
             method(bad)
+
+
+@pytest.mark.parametrize("hidden", [(8,), (8, 6)])
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_non_finite_cupy_input_is_refused_whichever_kernel_reads_the_first_products(data, hidden, value):
+    """The first layer's products stand in for a pass over X: out_fused reads them with one
+    hidden layer, bias_act_rows with two; a zero weight column must not hide the value."""
+    import cupy
+
+    X, y = data
+    clf = _fit("cuda", dict(hidden_layer_sizes=hidden, max_iter=1, random_state=0), X, y)
+    clf.coefs_[0][7, :] = 0.0  # inf * 0 is NaN, still caught
+    clf.coefs_ = list(clf.coefs_)  # a new list: the device copies are rebuilt
+    for col in (5, 7):
+        bad = cupy.asarray(X[:50].copy())
+        bad[41, col] = value
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            clf.predict_proba(bad)
+
+
+def test_finite_cupy_input_whose_products_overflow_is_not_refused(data):
+    """A flagged product from finite X (float32 overflow) is not an input error: X itself is
+    checked then, and the call returns what the CPU path returns for the other rows."""
+    import cupy
+
+    from sknn_gpu.neural_network._base import forward
+
+    X, y = data
+    X = X.astype(np.float32)
+    gpu = _fit("cuda", dict(hidden_layer_sizes=(8,), max_iter=1, random_state=0), X, y)
+    big = X[:20].copy()
+    big[4] = 3e38  # finite, but its products overflow to infinity
+    with np.errstate(all="ignore"):
+        got = gpu.predict_proba(cupy.asarray(big)).get()
+        expected = forward(big.copy(), gpu.coefs_, gpu.intercepts_, "relu", "softmax")
+    keep = np.arange(20) != 4
+    np.testing.assert_allclose(got[keep], expected[keep], rtol=1e-4, atol=1e-5)

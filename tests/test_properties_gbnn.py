@@ -234,7 +234,7 @@ def test_work_beyond_free_memory_is_refused_on_every_device(device, monkeypatch)
     from sknn_gpu import _backend
 
     mem = GBNNMemory(device=device, cluster_size=16, random_state=0).fit(_to(device, F))
-    monkeypatch.setattr(_backend, "free_memory", lambda dev: 100)  # 100 bytes free everywhere
+    monkeypatch.setattr(_backend, "free_memory", lambda dev, need=None: 100)  # 100 bytes free everywhere
     match = r"retrieve of 4 probes .* needs \d+ bytes .* only 100 bytes"
     with pytest.raises(InsufficientMemoryError, match=match):
         mem.predict(_to(device, F))

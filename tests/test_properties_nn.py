@@ -549,10 +549,10 @@ def _mlp_call(est, what, xp, monkeypatch):
         from sknn_gpu import _backend
         from sknn_gpu.neural_network import _size
 
-        monkeypatch.setattr(_backend, "free_memory", lambda device: 4 << 30)
+        monkeypatch.setattr(_backend, "free_memory", lambda device, need=None: 4 << 30)
         if what.startswith("predict"):
             monkeypatch.setattr(_size, "_CHECK_FROM", 0)
-            monkeypatch.setattr(_backend, "free_memory", lambda device: 1024)
+            monkeypatch.setattr(_backend, "free_memory", lambda device, need=None: 1024)
         what = what.rsplit("-", 2)[0]
     Xd = {
         "fit-nan": _with_nan(X),

@@ -529,7 +529,7 @@ def test_targets_beyond_1e100_are_refused_and_large_ones_work(rng):
 def _tiny_free_memory(monkeypatch, n_bytes):
     from sknn_gpu import _backend
 
-    monkeypatch.setattr(_backend, "free_memory", lambda device: n_bytes)
+    monkeypatch.setattr(_backend, "free_memory", lambda device, need=None: n_bytes)
 
 
 def test_oversize_fit_is_refused_before_allocating(monkeypatch, rng):

@@ -7,12 +7,15 @@ synchronisation; then its host-side profile). A profile, not a benchmark against
 Run from the repository root::
 
     python benchmarks/tools/profile_mlp.py [--hidden 100]
+    python benchmarks/tools/profile_mlp.py --predict --hidden 1280
+    python benchmarks/tools/profile_mlp.py --steps sgd --hidden 1280
 """
 
 import argparse
 import cProfile
 import pstats
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -20,8 +23,10 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 import numpy as np
 from _harness import time_call
+from sklearn.utils.validation import check_is_fitted
 
 from sknn_gpu import GPUMLPClassifier
+from sknn_gpu._kernels import get_function
 from sknn_gpu.neural_network._data import check_X
 from sknn_gpu.neural_network._mlp_cuda import forward_cuda
 
@@ -35,13 +40,20 @@ def main(argv=None):
         default=None,
         help="instead: GPU time of one captured minibatch step of this solver and of each of its launches",
     )
+    parser.add_argument(
+        "--predict",
+        action="store_true",
+        help="instead: predict_proba of 10,000 rows piece by piece (host and GPU time of each part)",
+    )
     args = parser.parse_args(argv)
+    hidden = tuple(int(u) for u in args.hidden.split(","))
     if args.steps:
-        return step_profile(tuple(int(u) for u in args.hidden.split(",")), args.steps)
+        return step_profile(hidden, args.steps)
+    if args.predict:
+        return predict_profile(hidden)
     import cupy as cp
 
     warnings.simplefilter("ignore")
-    hidden = tuple(int(u) for u in args.hidden.split(","))
     rng = np.random.default_rng(0)
     Xt = cp.asarray(rng.random((60_000, 784), dtype=np.float32))
     yt = cp.asarray(rng.integers(0, 10, 60_000))
@@ -63,7 +75,8 @@ def main(argv=None):
     print(f"hidden {hidden}: predict_proba of 10,000 x 784 float32 rows on the GPU")
     print(f"  predict_proba            {ms(lambda: clf.predict_proba(X)):8.1f} us")
     print(f"  input check (check_X)    {ms(lambda: check_X(clf, X, reset=False)):8.1f} us")
-    fwd = lambda: forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_)  # noqa: E731
+    out_t, flag = clf._out_t(coefs), cp.zeros((), dtype=np.int32)  # as predict runs it
+    fwd = lambda: forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_t, flag)  # noqa: E731
     print(f"  forward pass alone       {ms(fwd):8.1f} us")
     prof = cProfile.Profile()
     prof.enable()
@@ -72,6 +85,165 @@ def main(argv=None):
     cp.cuda.Device().synchronize()
     prof.disable()
     pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+
+
+def _fitted(hidden, **params):
+    import cupy as cp
+
+    rng = np.random.default_rng(0)
+    Xt = cp.asarray(rng.random((60_000, 784), dtype=np.float32))
+    yt = cp.asarray(rng.integers(0, 10, 60_000))
+    clf = GPUMLPClassifier(hidden, max_iter=1, random_state=0, device="cuda", **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clf.fit(Xt, yt)
+    return clf, Xt, yt
+
+
+def predict_profile(hidden):
+    """predict_proba of 10,000 rows in parts: wall clock of the whole call and of its host
+    side alone (until the forward pass is queued), GPU time of each launch (CUDA events,
+    cupyx.profiler.benchmark), and PyTorch's launches on the same weights when installed."""
+    import cupy as cp
+    from cupyx.profiler import benchmark
+
+    from sknn_gpu.neural_network._mlp_cuda import ACT_CODES, OUT_CODES, _out_fused
+    from sknn_gpu.neural_network._mlp_graph import cublas_library, gemm, on_current_stream
+
+    clf, Xt, _ = _fitted(hidden)
+    X = Xt[:10_000]
+    coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
+    out_t = clf._out_t(coefs)
+    flag = cp.zeros((), dtype=np.int32)
+
+    def us(f, n=100):
+        return time_call(f, repeat=n, warmup=5, device="cuda") * 1e6
+
+    def gpu_us(f):
+        return float(np.median(benchmark(f, n_repeat=200, n_warmup=10).gpu_times)) * 1e6
+
+    print(f"hidden {hidden}: predict_proba of 10,000 x 784 float32 rows, parts")
+    print(f"  predict_proba, wall clock with synchronisation     {us(lambda: clf.predict_proba(X)):8.1f} us")
+    check = lambda: check_X(clf, X, False, finite=False)  # noqa: E731
+    print(f"  input check as predict makes it (check_X)          {us(check):8.1f} us")
+    fwd = lambda: forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_t, flag)  # noqa: E731
+    print(f"  forward pass as predict runs it, with sync         {us(fwd):8.1f} us")
+    print(f"  the same, GPU time                                 {gpu_us(fwd):8.1f} us")
+    print(f"  flag read back (int(flag.get()))                   {us(lambda: int(flag.get())):8.1f} us")
+    cp.cuda.Device().synchronize()
+    host = []
+    for _ in range(100):
+        t0 = time.perf_counter()
+        fwd()
+        host.append(time.perf_counter() - t0)
+        cp.cuda.Device().synchronize()
+    print(f"  forward pass, host time to queue it                {np.median(host) * 1e6:8.1f} us")
+    lib = cublas_library()
+    h = on_current_stream(lib)
+    A, parts = X, {}
+    last = len(coefs) - 1
+    ct, act = "float", ACT_CODES[clf.activation]
+    for i, W in enumerate(coefs):
+        Z = cp.empty((A.shape[0], W.shape[1]), dtype=np.float32)
+        parts[f"layer {i}: GEMM {A.shape} @ {W.shape}"] = lambda A=A, W=W, Z=Z: gemm(lib, h, A, W, Z)
+        gemm(lib, h, A, W, Z)
+        if i < last - 1 or (i == last - 1 and out_t is None):
+            k = get_function("mlp", f"bias_act_rows<{ct},{act}>")
+            cols = Z.shape[1]
+            threads = min(256, -(-cols // 32) * 32)
+            gx = -(-cols // threads)
+            gy = int(max(1, min(Z.shape[0], 65535, -(-4096 // gx))))
+            parts[f"layer {i}: bias_act_rows"] = lambda k=k, Z=Z, i=i, g=(gx, gy), t=threads: k(
+                g, (t,), (Z, inters[i], np.int64(Z.shape[0]), np.int32(Z.shape[1]), flag)
+            )
+        if i == last - 1 and out_t is not None:
+            P = cp.empty((Z.shape[0], out_t.shape[0]), dtype=np.float32)
+            out = OUT_CODES[clf.out_activation_]
+            for rows in (1, 2, 4):  # the rows a warp takes; the estimator uses OUT_FUSED_ROWS
+                k, _ = _out_fused(out_t.shape[0], np.dtype(np.float32), act, out, rows)
+                at = k.attributes
+                name = f"layer {i}+{i + 1}: out_fused, {rows} rows a warp ({at['num_regs']} registers)"
+                parts[name] = lambda k=k, Z=Z, P=P, i=i, rows=rows: k(
+                    (-(-Z.shape[0] // (8 * rows)),),
+                    (256,),
+                    (
+                        Z,
+                        inters[i],
+                        out_t,
+                        inters[i + 1],
+                        P,
+                        np.int64(Z.shape[0]),
+                        np.int32(Z.shape[1]),
+                        np.int32(out_t.shape[0]),
+                        flag,
+                    ),
+                )
+            break
+        A = Z
+    for name, fn in parts.items():
+        print(f"  GPU: {name:52s}{gpu_us(fn):8.1f} us")
+    # host time of the pieces the forward pass queues (each followed by a synchronisation)
+    host_parts = {
+        "cp.empty of the first layer's products": lambda: cp.empty(
+            (X.shape[0], coefs[0].shape[1]), np.float32
+        ),
+        "on_current_stream (cublasSetStream, pointer mode)": lambda: on_current_stream(lib),
+        "gemm of the first layer (host side)": lambda: gemm(lib, h, X, coefs[0], Zfirst),
+        "get_function lookup": lambda: get_function("mlp", f"bias_act_rows<{ct},{act}>"),
+        "cp.zeros((), int32)": lambda: cp.zeros((), dtype=np.int32),
+    }
+    Zfirst = cp.empty((X.shape[0], coefs[0].shape[1]), np.float32)
+    units = [clf.n_features_in_] + [c.shape[1] for c in clf.coefs_]
+    host_parts.update(
+        {
+            "check_is_fitted": lambda: check_is_fitted(clf, "coefs_"),
+            "size check (_check_size)": lambda: clf._check_size(
+                "predict", units, X.shape[0], np.float32, x_on_device=True, x_items=None
+            ),
+            "device copies and out_t (cached)": lambda: (
+                clf._device_copy("coefs_"),
+                clf._device_copy("intercepts_"),
+                clf._out_t(coefs),
+            ),
+        }
+    )
+    for name, fn in host_parts.items():
+        ts = []
+        for _ in range(50):
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+        cp.cuda.Device().synchronize()
+        print(f"  host: {name:51s}{np.median(ts) * 1e6:8.1f} us")
+    try:
+        import torch
+    except ImportError:
+        return
+    Wt = [torch.as_tensor(c, device="cuda") for c in clf.coefs_]
+    bt = [torch.as_tensor(c, device="cuda") for c in clf.intercepts_]
+    q = torch.as_tensor(X, device="cuda")
+
+    def infer():
+        with torch.no_grad():
+            x = q
+            for j, (W, b) in enumerate(zip(Wt, bt)):
+                x = torch.addmm(b, x, W)
+                if j < len(Wt) - 1:
+                    x = torch.relu(x)
+            return torch.softmax(x, dim=1)
+
+    wall = time_call(infer, repeat=100, warmup=5, device="torch") * 1e6
+    print(f"  PyTorch no_grad inference, wall clock with sync    {wall:8.1f} us")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(100):
+        start.record()
+        infer()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    print(f"  PyTorch no_grad inference, GPU time (events)       {np.median(times):8.1f} us")
 
 
 def step_profile(hidden, solver):

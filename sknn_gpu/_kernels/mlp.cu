@@ -19,6 +19,12 @@
 // Minibatch helpers (the GEMMs are cuBLAS through CuPy): bias_act, out_delta
 // (out_delta_w with sample weights), act_deriv, params_update.
 //
+// Prediction (forward_cuda): bias_act_rows after each hidden layer's product, then
+// out_fused (the last hidden layer's bias and activation, the output layer's product, its
+// bias and activation, for at most 32 outputs) or, for wider outputs, a product and
+// bias_out. The kernel that reads the first layer's products also flags a value that is
+// not finite, which stands in for a separate pass over the input.
+//
 // Graph-replayed minibatch steps (_mlp_graph.py): a step captured once as a CUDA graph
 // learns which minibatch it is from the device counter *step: gather_batch copies that
 // minibatch's rows (in the epoch's order) into the static batch buffers, out_delta_w_step
@@ -411,6 +417,132 @@ __global__ void bias_out(T* __restrict__ Z, const T* __restrict__ b, const long 
         for (int c = 0; c < cols; ++c) z[c] /= tot;
     } else {
         for (int c = 0; c < cols; ++c) z[c] = (T)1 / ((T)1 + exp(-(z[c] + b[c])));
+    }
+}
+
+// Prediction's hidden layers: Z (rows, cols) += b, then the activation, in place. Block
+// (x, y) covers columns [x * blockDim.x, (x + 1) * blockDim.x) of rows y, y + gridDim.y, ...
+// (no division by cols per value). With flag not null, a value of Z that is not finite
+// (before the bias) sets *flag: the caller's check of the input, since every product of a
+// row holding NaN or infinity is itself NaN or infinite.
+template <typename T, int ACT>
+__global__ void bias_act_rows(T* __restrict__ Z, const T* __restrict__ b, const long long rows, const int cols,
+                              int* __restrict__ flag)
+{
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    bool bad = false;
+    if (c < cols) {
+        const T bc = b[c];
+        for (long long r = blockIdx.y; r < rows; r += gridDim.y) {
+            T* p = Z + r * cols + c;
+            const T z = *p;
+            bad |= !isfinite(z);
+            *p = act_fn<T>(z + bc, ACT);
+        }
+    }
+    if (flag != nullptr && __any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *flag = 1;
+}
+
+// Prediction's output layer of O <= MAXO units, fused with the last hidden layer's bias and
+// activation. Warp w takes rows [R w, R w + R) of Z (rows, H: the last hidden layer's
+// products before its bias) and reads each once, chunk by chunk of OUT_CW(T) columns: lane l
+// reads columns l, l + 32, ... of the chunk, all of them issued before any is used (bytes
+// in flight enough to stream Z at the memory's rate), applies b1 and the activation, and
+// multiplies by the chunk of the output coefficients WT (O, H) that the block has copied
+// into shared memory (read there by every warp, each value once for R rows), summing into
+// registers. Then sums across the warp; lane 0 writes the rows' output activations (b2
+// added) to P (rows, O). flag: as for bias_act_rows, on the values of Z.
+#define OUT_CW(T) (sizeof(T) == 4 ? 256 : 128)
+template <typename T, int ACT, int OUT, int MAXO, int R>
+__global__ void __launch_bounds__(256) out_fused(const T* __restrict__ Z, const T* __restrict__ b1,
+                                                 const T* __restrict__ WT, const T* __restrict__ b2,
+                                                 T* __restrict__ P, const long long rows, const int H,
+                                                 const int O, int* __restrict__ flag)
+{
+    constexpr int CW = OUT_CW(T);
+    constexpr int U = CW / 32;
+    __shared__ T wsh[MAXO * CW];
+    const int lane = threadIdx.x & 31;
+    const long long r0 = (((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * R;
+    T acc[R][MAXO];
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int k = 0; k < MAXO; ++k) acc[r][k] = (T)0;
+    }
+    bool bad = false;
+    for (int base = 0; base < H; base += CW) {
+        __syncthreads();  // every warp is done with the previous chunk
+        for (int t = threadIdx.x; t < O * CW; t += blockDim.x) {
+            const int k = t / CW, c = t - k * CW;
+            wsh[t] = base + c < H ? WT[(long long)k * H + base + c] : (T)0;
+        }
+        __syncthreads();
+        T zv[R][U];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int j = base + lane + 32 * u;
+                zv[r][u] = (r0 + r < rows && j < H) ? Z[(r0 + r) * H + j] : (T)0;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int j = base + lane + 32 * u;
+            if (j < H) {
+                const T bj = __ldg(b1 + j);
+                T a[R];
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    bad |= !isfinite(zv[r][u]);
+                    a[r] = act_fn<T>(zv[r][u] + bj, ACT);
+                }
+#pragma unroll
+                for (int k = 0; k < MAXO; ++k) {
+                    if (k < O) {
+                        const T w = wsh[k * CW + lane + 32 * u];
+#pragma unroll
+                        for (int r = 0; r < R; ++r) acc[r][k] += a[r] * w;
+                    }
+                }
+            }
+        }
+    }
+    if (flag != nullptr && __any_sync(0xffffffffu, bad) && lane == 0) *flag = 1;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int k = 0; k < MAXO; ++k) {
+            if (k < O) acc[r][k] = wsum(acc[r][k]);  // lane 0 holds the sums
+        }
+    }
+    if (lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        if (r0 + r >= rows) break;
+        T* p = P + (r0 + r) * O;
+        if (OUT == 0) {
+            T mx = acc[r][0] + b2[0];
+#pragma unroll
+            for (int k = 1; k < MAXO; ++k) {
+                if (k < O) { const T v = acc[r][k] + b2[k]; mx = v > mx ? v : mx; }
+            }
+            T tot = (T)0;
+#pragma unroll
+            for (int k = 0; k < MAXO; ++k) {
+                if (k < O) { acc[r][k] = exp(acc[r][k] + b2[k] - mx); tot += acc[r][k]; }
+            }
+#pragma unroll
+            for (int k = 0; k < MAXO; ++k) {
+                if (k < O) p[k] = acc[r][k] / tot;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < MAXO; ++k) {
+                if (k < O) p[k] = (T)1 / ((T)1 + exp(-(acc[r][k] + b2[k])));
+            }
+        }
     }
 }
 

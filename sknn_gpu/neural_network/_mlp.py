@@ -82,7 +82,7 @@ from . import _interop
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
 from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
 from ._mlp_cpu import CPUTrainer
-from ._mlp_cuda import CUDATrainer, forward_cuda
+from ._mlp_cuda import OUT_FUSED_MAX, CUDATrainer, forward_cuda
 from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
@@ -889,14 +889,24 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         X = to_device(X, self.device_)
         if X.dtype != dtype:
             X = X.astype(dtype)
-        if self.device_ == "cuda":
-            P = forward_cuda(X, coefs, inters, self.activation, self.out_activation_)
-        else:
-            P = forward(X, coefs, inters, self.activation, self.out_activation_)
-        # the NaN check of CuPy input after the forward pass is queued: one wait for both
-        if dense_cupy and X.dtype.kind == "f" and not all_finite(X):
+        if self.device_ != "cuda":
+            return forward(X, coefs, inters, self.activation, self.out_activation_)
+        flag = None
+        if dense_cupy and len(coefs) > 1:  # the first layer's products stand in for a pass over X
+            flag = self._xp.zeros((), dtype=np.int32)
+        P = forward_cuda(X, coefs, inters, self.activation, self.out_activation_, self._out_t(coefs), flag)
+        # the NaN check of CuPy input after the forward pass is queued: one wait for both.
+        # A flagged product is NaN or infinite X, or finite X that overflowed: X decides
+        if dense_cupy and (flag is None or int(flag.get())) and not all_finite(X):
             raise ValueError("Input X contains NaN or infinity.")
         return P
+
+    def _out_t(self, coefs):
+        """The output layer's coefficients transposed on the device (what the fused output
+        kernel reads), cached with the device copy; None when that kernel does not apply."""
+        if len(coefs) < 2 or coefs[-1].shape[1] > OUT_FUSED_MAX:
+            return None
+        return self._derived(("out_t", "cuda"), coefs, lambda c: self._xp.ascontiguousarray(c[-1].T))
 
     def _labels_from_output(self, P):
         if self.n_outputs_ == 1:

@@ -28,9 +28,9 @@ from .._kernels import check_barrier_error, get_function, stop_resident_kernels
 from ..linalg import gemv, ger
 from ._base import Solver, Trainer
 from ._data import CSRRows
-from ._mlp_graph import STEP_TAB, GraphEpoch, cublas_library, gemm, on_current_stream
+from ._mlp_graph import _NULL, STEP_TAB, GraphEpoch, cublas_library, gemm, on_current_stream
 
-__all__ = ["CUDATrainer", "forward_cuda"]
+__all__ = ["CUDATrainer", "OUT_FUSED_MAX", "forward_cuda"]
 
 #: ``ACT`` and ``OUT`` template arguments of ``_kernels/mlp.cu``
 ACT_CODES = {"identity": 0, "logistic": 1, "tanh": 2, "relu": 3}
@@ -51,30 +51,94 @@ def _elementwise_grid(total):
     return int(min(-(-total // 256), 65535))
 
 
-def forward_cuda(X, coefs, inters, activation, out_activation):
-    """The output layer's activations of dense CuPy ``X``: per layer one cuBLAS product
-    and one fused kernel (``bias_act``, then ``bias_out`` for the output activation)."""
+#: the output widths ``out_fused`` is compiled for (its ``MAXO``: the registers each lane
+#: sums into, per row); wider output layers take a cuBLAS product and ``bias_out``
+_OUT_WIDTHS = (2, 8, 16, 32)
+#: widest output layer of ``out_fused``
+OUT_FUSED_MAX = _OUT_WIDTHS[-1]
+#: rows a warp of ``out_fused`` takes (each shared-memory coefficient read serves them all)
+OUT_FUSED_ROWS = 2
+
+
+def _out_fused(n_out, dtype, act, out, rows=OUT_FUSED_ROWS):
+    """The ``out_fused`` kernel for ``n_out`` outputs, and its rows a warp."""
+    maxo = next(w for w in _OUT_WIDTHS if n_out <= w)
+    if dtype == np.float64 and maxo == 32:
+        rows = 1  # its registers are twice as wide
+    ct = "float" if dtype == np.float32 else "double"
+    return get_function("mlp", f"out_fused<{ct},{act},{out},{maxo},{rows}>"), rows
+
+
+def forward_cuda(X, coefs, inters, activation, out_activation, out_t=None, flag=None):
+    """The output layer's activations of dense CuPy ``X``.
+
+    Each hidden layer: one cuBLAS product, then ``bias_act_rows`` (bias and activation in
+    place). The output layer: with ``out_t`` (its coefficients transposed, C-contiguous
+    ``(n_out, n_last_hidden)``, ``n_out`` at most :data:`OUT_FUSED_MAX`) one ``out_fused``
+    launch reads the last hidden layer's products once, its bias and activation applied
+    on the way, and writes the output activations; otherwise a product and ``bias_out``.
+
+    ``flag`` (a device int32 scalar, or None) is set to 1 when one of the first layer's
+    products is not finite, which every row of ``X`` holding NaN or infinity causes (and
+    finite rows that overflow). Only networks with a hidden layer set it: the caller checks
+    ``X`` itself otherwise.
+    """
     cp = get_cupy()
-    ct = "float" if X.dtype == np.float32 else "double"
+    dtype = X.dtype
+    ct = "float" if dtype == np.float32 else "double"
+    act = ACT_CODES[activation]
     last = len(coefs) - 1
+    fuse = out_t is not None and last >= 1
     lib = cublas_library()
     h = on_current_stream(lib) if lib is not None else None
-    A = X
-    for i, (W, b) in enumerate(zip(coefs, inters)):
+    n = X.shape[0]
+
+    def product(A, W):
         if lib is not None and A.flags.c_contiguous and W.flags.c_contiguous:
-            Z = cp.empty((A.shape[0], W.shape[1]), dtype=X.dtype)
+            Z = cp.empty((n, W.shape[1]), dtype=dtype)
             gemm(lib, h, A, W, Z)  # the C API: a few microseconds less than cupy.matmul per call
-        else:
-            Z = cp.matmul(A, W)
-        rows, cols = Z.shape
-        if i != last:
-            k = get_function("mlp", f"bias_act<{ct},{ACT_CODES[activation]}>")
-            k((_elementwise_grid(Z.size),), (256,), (Z, b, np.int64(rows), np.int64(cols)))
-        else:
-            k = get_function("mlp", f"bias_out<{ct},{OUT_CODES[out_activation]}>")
-            k((-(-rows // 256),), (256,), (Z, b, np.int64(rows), np.int32(cols)))
+            return Z
+        return cp.matmul(A, W)
+
+    first_flag = _NULL if flag is None else flag  # the kernel that reads the first products
+    A = X
+    for i in range(last):
+        Z = product(A, coefs[i])
+        if fuse and i == last - 1:
+            break  # its bias and activation happen in out_fused
+        cols = Z.shape[1]
+        threads = min(256, -(-cols // 32) * 32)
+        gx = -(-cols // threads)
+        gy = int(max(1, min(n, 65535, -(-4096 // gx))))
+        k = get_function("mlp", f"bias_act_rows<{ct},{act}>")
+        k((gx, gy), (threads,), (Z, inters[i], np.int64(n), np.int32(cols), first_flag if i == 0 else _NULL))
         A = Z
-    return A
+    out = OUT_CODES[out_activation]
+    if fuse:
+        n_hid, n_out = Z.shape[1], out_t.shape[0]
+        k, rows = _out_fused(n_out, dtype, act, out)
+        P = cp.empty((n, n_out), dtype=dtype)
+        blocks = -(-n // (8 * rows))  # 8 warps a block
+        k(
+            (blocks,),
+            (256,),
+            (
+                Z,
+                inters[last - 1],
+                out_t,
+                inters[last],
+                P,
+                np.int64(n),
+                np.int32(n_hid),
+                np.int32(n_out),
+                first_flag if last == 1 else _NULL,
+            ),
+        )
+        return P
+    Z = product(A, coefs[last])
+    k = get_function("mlp", f"bias_out<{ct},{out}>")
+    k((-(-n // 256),), (256,), (Z, inters[last], np.int64(n), np.int32(Z.shape[1])))
+    return Z
 
 
 class CUDATrainer(Trainer):
