@@ -45,8 +45,16 @@ def main(argv=None):
         action="store_true",
         help="instead: predict_proba of 10,000 rows piece by piece (host and GPU time of each part)",
     )
+    parser.add_argument(
+        "--ab-draws",
+        action="store_true",
+        help="instead: one-epoch fit with the initial weights drawn on the GPU against on the host",
+    )
+    parser.add_argument("--solver", choices=["adam", "sgd"], default="adam", help="solver of --ab-draws")
     args = parser.parse_args(argv)
     hidden = tuple(int(u) for u in args.hidden.split(","))
+    if args.ab_draws:
+        return ab_draws(hidden, args.solver)
     if args.steps:
         return step_profile(hidden, args.steps)
     if args.predict:
@@ -244,6 +252,39 @@ def predict_profile(hidden):
         end.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
     print(f"  PyTorch no_grad inference, GPU time (events)       {np.median(times):8.1f} us")
+
+
+def ab_draws(hidden, solver, rounds=15):
+    """One-epoch fit with the initial weights drawn on the GPU (``legacy_uniform_cuda``)
+    against drawn on the host, interleaved rounds, medians; then the host-side profile of
+    one fit (cProfile, top 25 by internal time)."""
+    import cupy as cp
+
+    from sknn_gpu.neural_network import _mlp
+
+    clf, Xt, yt = _fitted(hidden, solver=solver)
+    gpu_from = _mlp.GPU_DRAWS_FROM
+    times = {"GPU": [], "host": []}
+    for r in range(rounds):
+        for where in ("GPU", "host") if r % 2 else ("host", "GPU"):
+            _mlp.GPU_DRAWS_FROM = gpu_from if where == "GPU" else 1 << 62
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            clf.fit(Xt, yt)
+            cp.cuda.Device().synchronize()
+            times[where].append(time.perf_counter() - t0)
+    _mlp.GPU_DRAWS_FROM = gpu_from
+    print(
+        f"hidden {hidden}, solver={solver!r}: one-epoch fit, median of {rounds}: initial weights "
+        f"drawn on the GPU {np.median(times['GPU']) * 1e3:.2f} ms, on the host "
+        f"{np.median(times['host']) * 1e3:.2f} ms"
+    )
+    prof = cProfile.Profile()
+    prof.enable()
+    clf.fit(Xt, yt)
+    cp.cuda.Device().synchronize()
+    prof.disable()
+    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
 
 
 def step_profile(hidden, solver):

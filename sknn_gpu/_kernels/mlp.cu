@@ -643,3 +643,81 @@ extern "C" __global__ void step_advance(long long* __restrict__ step)
 {
     step[0] += 1;
 }
+
+// scikit-learn's weight initialisation drawn on the GPU, bit for bit. NumPy's legacy
+// RandomState.uniform(low, high) is low + (high - low) * d, rounded after the product and
+// after the sum, with d = ((w0 >> 5) * 2^26 + (w1 >> 6)) / 2^53 from two consecutive
+// tempered MT19937 words. mt19937_words continues a generator from its state (key, *pos),
+// one block of at least 227 threads: each generation's in-place twist runs in four phases
+// (word i reads words i + 1 and i + 397 of the old generation or i - 227 of the new one;
+// every phase reads all its inputs before any is written), and n tempered words go to out.
+// The final key and *pos are left for the host's RandomState.
+#define MT_N 624
+#define MT_SHIFT 227  // MT_N - M (M = 397)
+
+__device__ __forceinline__ unsigned mt_mix(const unsigned a, const unsigned b, const unsigned c)
+{
+    const unsigned y = (a & 0x80000000u) | (b & 0x7fffffffu);
+    return c ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+}
+
+__device__ __forceinline__ unsigned mt_temper(unsigned y)
+{
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    return y ^ (y >> 18);
+}
+
+// words [lo, hi) of a generation from words i, i + 1 and i + off
+__device__ __forceinline__ void mt_phase(unsigned* k, const int lo, const int hi, const int off)
+{
+    const int i = lo + (int)threadIdx.x;
+    unsigned v = 0u;
+    if (i < hi) v = mt_mix(k[i], k[i + 1], k[i + off]);
+    __syncthreads();
+    if (i < hi) k[i] = v;
+    __syncthreads();
+}
+
+extern "C" __global__ void __launch_bounds__(256) mt19937_words(unsigned* __restrict__ key, int* __restrict__ pos_io,
+                                                     unsigned* __restrict__ out, const long long n)
+{
+    __shared__ unsigned k[MT_N];
+    for (int i = threadIdx.x; i < MT_N; i += blockDim.x) k[i] = key[i];
+    int pos = *pos_io;
+    __syncthreads();
+    long long done = 0;
+    while (done < n) {
+        if (pos == MT_N) {
+            mt_phase(k, 0, MT_SHIFT, MT_N - MT_SHIFT);
+            mt_phase(k, MT_SHIFT, 2 * MT_SHIFT, -MT_SHIFT);
+            mt_phase(k, 2 * MT_SHIFT, MT_N - 1, -MT_SHIFT);
+            if (threadIdx.x == 0) k[MT_N - 1] = mt_mix(k[MT_N - 1], k[0], k[MT_N - 1 - MT_SHIFT]);
+            __syncthreads();
+            pos = 0;
+        }
+        const long long left = n - done;
+        const int take = left < (long long)(MT_N - pos) ? (int)left : MT_N - pos;
+        for (int i = threadIdx.x; i < take; i += blockDim.x) out[done + i] = mt_temper(k[pos + i]);
+        done += take;
+        pos += take;
+        __syncthreads();
+    }
+    for (int i = threadIdx.x; i < MT_N; i += blockDim.x) key[i] = k[i];
+    if (threadIdx.x == 0) *pos_io = pos;
+}
+
+// out[i] = low + range * d(words 2i, 2i + 1), each operation rounded as NumPy's C does (no
+// fused multiply-add), then cast to T as NumPy's astype does.
+template <typename T>
+__global__ void mt_uniform(const unsigned* __restrict__ w, const long long n, const double low,
+                           const double range, T* __restrict__ out)
+{
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        const double a = (double)(w[2 * i] >> 5), b = (double)(w[2 * i + 1] >> 6);
+        const double d = (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);  // exact
+        out[i] = (T)__dadd_rn(low, __dmul_rn(range, d));
+    }
+}
