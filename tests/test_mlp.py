@@ -268,6 +268,23 @@ def test_cpu_gpu_parity_float32(digits, kw):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("resident", [True, False])
+@pytest.mark.parametrize("kw", GPU_CASES[2:6], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()))
+def test_fused_per_sample_kernel_with_rows_in_shared_or_global_memory(digits, kw, resident, monkeypatch):
+    """The fused per-sample kernel keeps each block's rows of the weights and their state
+    in shared memory when they fit and in global memory otherwise: both give the CPU's
+    model, also with more hidden units per block than warps (3,000 units: 23 a block)."""
+    from sknn_gpu.neural_network import _mlp_cuda
+
+    monkeypatch.setattr(_mlp_cuda, "FUSED_RESIDENT", resident)
+    Xtr, _, ytr, _ = digits
+    params = dict(hidden_layer_sizes=(3000,), max_iter=1, random_state=4, alpha=1e-3)
+    params.update(kw)
+    cpu, gpu = _pair(params, Xtr[:150], ytr[:150])
+    _assert_same_model(cpu, gpu, rtol=1e-7)
+
+
+@pytest.mark.cuda
 def test_cpu_gpu_parity_multilabel_fused(rng):
     X, Y = make_multilabel_classification(n_samples=150, n_features=30, n_classes=5, random_state=2)
     params = dict(

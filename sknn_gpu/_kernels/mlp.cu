@@ -15,6 +15,8 @@
 //   delta, keeps an identical copy of b2, and backpropagates into its own hidden units.
 //   The launch must have every block resident (grid <= number of SMs); the barrier
 //   (grid_barrier.cuh, monotonic 64-bit counter) times out and sets *err instead of hanging.
+//   With resident (when they fit), a block copies its rows of W1^T, W2, b1 and their
+//   optimizer state into shared memory for the launch and writes them back at its end.
 //
 // Minibatch helpers (the GEMMs are cuBLAS through CuPy): bias_act, out_delta
 // (out_delta_w with sample weights), act_deriv, params_update.
@@ -150,7 +152,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
     T* __restrict__ sW2a, T* __restrict__ sW2b, T* __restrict__ sb2a, T* __restrict__ sb2b,
     T* __restrict__ partials, unsigned long long* __restrict__ counter, double* __restrict__ loss_out,
     int* __restrict__ err, const double lr_d, const double mu_d, const double alpha_d,
-    const double beta1_d, const double beta2_d, const double eps_d, const long long t0)
+    const double beta1_d, const double beta2_d, const double eps_d, const long long t0, const int resident)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sm = reinterpret_cast<T*>(smem_raw);
@@ -173,6 +175,42 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
     const int G = gridDim.x;
     const int j0 = blockIdx.x * J;
     const T lr0 = (T)lr_d, mu = (T)mu_d, alpha = (T)alpha_d, bt1 = (T)beta1_d, bt2 = (T)beta2_d, eps = (T)eps_d;
+
+    // The block's own rows, rebased so that its row jj sits at jj * n_in (W1^T and its
+    // state), jj * n_out (W2 and its state) and jj (b1 and its state). With resident, they
+    // are copied into shared memory for the launch and written back at its end: every
+    // sample then reads and writes them there instead of in L2.
+    const int Jb = min(J, n_hid - j0);  // rows this block owns
+    const long long o1 = (long long)j0 * n_in, o2 = (long long)j0 * n_out;
+    T* w1 = W1T + o1;
+    T* w1a = SOLVER >= 1 ? sW1a + o1 : nullptr;
+    T* w1b = SOLVER == 3 ? sW1b + o1 : nullptr;
+    T* w2 = W2 + o2;
+    T* w2a = SOLVER >= 1 ? sW2a + o2 : nullptr;
+    T* w2b = SOLVER == 3 ? sW2b + o2 : nullptr;
+    T* v1 = b1 + j0;
+    T* v1a = SOLVER >= 1 ? sb1a + j0 : nullptr;
+    T* v1b = SOLVER == 3 ? sb1b + j0 : nullptr;
+    T* const g_rows[9] = {w1, w1a, w1b, w2, w2a, w2b, v1, v1a, v1b};
+    const long long sizes[9] = {(long long)Jb * n_in, (long long)Jb * n_in, (long long)Jb * n_in,
+                                (long long)Jb * n_out, (long long)Jb * n_out, (long long)Jb * n_out,
+                                Jb, Jb, Jb};
+    T* s_rows[9] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
+    if (resident) {
+        T* r = zs + P;
+        const long long room[9] = {(long long)J * n_in, (long long)J * n_in, (long long)J * n_in,
+                                   (long long)J * n_out, (long long)J * n_out, (long long)J * n_out, J, J, J};
+        for (int q = 0; q < 9; ++q) {
+            if (g_rows[q] == nullptr) continue;
+            s_rows[q] = r;
+            r += room[q];
+            for (long long i = tid; i < sizes[q]; i += blockDim.x) s_rows[q][i] = g_rows[q][i];
+        }
+        w1 = s_rows[0]; w1a = s_rows[1]; w1b = s_rows[2];
+        w2 = s_rows[3]; w2a = s_rows[4]; w2b = s_rows[5];
+        v1 = s_rows[6]; v1a = s_rows[7]; v1b = s_rows[8];
+        __syncthreads();
+    }
 
     for (int c = tid; c < n_out; c += blockDim.x) {
         b2s[c] = b2[c];
@@ -207,10 +245,9 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         // (1) W1 rows: pending update of the previous sample, hidden units of this one.
         //     MLP_UNROLL loads per lane are issued before any of them is used.
         for (int jj = warp; jj < J; jj += NW) {
-            const int j = j0 + jj;
-            if (j >= n_hid) break;
-            const long long off = (long long)j * n_in;
-            T* w = W1T + off;
+            if (jj >= Jb) break;
+            const long long off = (long long)jj * n_in;
+            T* w = w1 + off;
             const T dj = prev ? d1[jj] : (T)0;
             T acc = (T)0;
             for (int base = 0; base < n_in; base += 32 * MLP_UNROLL) {
@@ -220,8 +257,8 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
                     const int i = base + lane + 32 * u;
                     const bool ok = i < n_in;
                     wv[u] = ok ? w[i] : (T)0;
-                    av[u] = (SOLVER >= 1 && prev && ok) ? sW1a[off + i] : (T)0;
-                    bv[u] = (SOLVER == 3 && prev && ok) ? sW1b[off + i] : (T)0;
+                    av[u] = (SOLVER >= 1 && prev && ok) ? w1a[off + i] : (T)0;
+                    bv[u] = (SOLVER == 3 && prev && ok) ? w1b[off + i] : (T)0;
                 }
 #pragma unroll
                 for (int u = 0; u < MLP_UNROLL; ++u) {
@@ -232,8 +269,8 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
                             const T g = xp[i] * dj + alpha * wi;
                             wi = opt_reg<T, SOLVER>(wi, g, av[u], bv[u], lr, mu, bt1, bt2, eps);
                             w[i] = wi;
-                            if (SOLVER >= 1) sW1a[off + i] = av[u];
-                            if (SOLVER == 3) sW1b[off + i] = bv[u];
+                            if (SOLVER >= 1) w1a[off + i] = av[u];
+                            if (SOLVER == 3) w1b[off + i] = bv[u];
                         }
                         sq += wi * wi;
                         acc += wi * xc[i];
@@ -242,10 +279,10 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             }
             acc = wsum(acc);
             if (lane == 0) {
-                T bj = b1[j];
+                T bj = v1[jj];
                 if (prev) {
-                    bj = opt_step<T, SOLVER>(bj, dj, sb1a, sb1b, (long long)j, lr, mu, bt1, bt2, eps);
-                    b1[j] = bj;
+                    bj = opt_step<T, SOLVER>(bj, dj, v1a, v1b, (long long)jj, lr, mu, bt1, bt2, eps);
+                    v1[jj] = bj;
                 }
                 hprev[jj] = hcur[jj];
                 hcur[jj] = act_fn<T>(acc + bj, ACT);
@@ -254,16 +291,15 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         __syncwarp();
         // (2) W2 rows: pending update, partial output sums for this sample
         for (int jj = warp; jj < J; jj += NW) {
-            const int j = j0 + jj;
-            if (j >= n_hid) break;
+            if (jj >= Jb) break;
             const T hp = hprev[jj], hc = hcur[jj];
             for (int c = lane; c < n_out; c += 32) {
-                const long long k = (long long)j * n_out + c;
-                T w = W2[k];
+                const long long k = (long long)jj * n_out + c;
+                T w = w2[k];
                 if (prev) {
                     const T g = hp * d2[c] + alpha * w;
-                    w = opt_step<T, SOLVER>(w, g, sW2a, sW2b, k, lr, mu, bt1, bt2, eps);
-                    W2[k] = w;
+                    w = opt_step<T, SOLVER>(w, g, w2a, w2b, k, lr, mu, bt1, bt2, eps);
+                    w2[k] = w;
                 }
                 sq += w * w;
                 contrib[warp * P + c] += w * hc;
@@ -312,14 +348,20 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         __syncthreads();
         // (5) hidden deltas of this sample for the block's own units (W2 not yet updated)
         for (int jj = warp; jj < J; jj += NW) {
-            const int j = j0 + jj;
-            if (j >= n_hid) break;
+            if (jj >= Jb) break;
             T acc = (T)0;
-            for (int c = lane; c < n_out; c += 32) acc += W2[(long long)j * n_out + c] * d2[c];
+            for (int c = lane; c < n_out; c += 32) acc += w2[(long long)jj * n_out + c] * d2[c];
             acc = wsum(acc);
             if (lane == 0) d1[jj] = acc * act_grad<T>(hcur[jj], ACT);
         }
         __syncthreads();
+    }
+    if (resident) {  // the block's rows back to global memory
+        __syncthreads();
+        for (int q = 0; q < 9; ++q) {
+            if (s_rows[q] == nullptr) continue;
+            for (long long i = tid; i < sizes[q]; i += blockDim.x) g_rows[q][i] = s_rows[q][i];
+        }
     }
     if (blockIdx.x == 0) {
         for (int c = tid; c < n_out; c += blockDim.x) {

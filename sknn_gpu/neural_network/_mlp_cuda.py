@@ -40,6 +40,9 @@ _FUSED_MAX_OUT = 1024
 #: whether dense minibatch epochs replay captured CUDA graphs (tests switch it off to
 #: compare with the per-step launches)
 USE_GRAPHS = True
+#: whether the fused per-sample kernel keeps each block's rows of the weights and their
+#: optimizer state in shared memory when they fit (tests switch it off to compare)
+FUSED_RESIDENT = True
 #: fewest minibatch steps a call must plan (steps per epoch x epochs) for capturing to pay:
 #: capturing costs about 0.4 ms of host time per captured step (about six of them), a
 #: launched step about 0.25 ms, so a short partial_fit keeps launching step by step
@@ -199,7 +202,7 @@ class CUDATrainer(Trainer):
         self.fused_plan = None
         per_step_only = sample_weight is not None or sparse  # the fused kernel reads dense, unweighted rows
         if self.custom and batch_size == 1 and len(layout.units) == 3 and not per_step_only:
-            self.fused_plan = self._plan_fused()
+            self.fused_plan = self._plan_fused(opt.solver.n_moments)
         self.fused = self.fused_plan is not None
         # the kernels of this call, from the memoized loader
         ct = "float" if self.dtype == np.float32 else "double"
@@ -220,8 +223,9 @@ class CUDATrainer(Trainer):
             self._k_bias_act = get_function("mlp", f"bias_act<{ct},{a}>")
             self._k_act_deriv = get_function("mlp", f"act_deriv<{ct},{a}>")
 
-    def _plan_fused(self):
-        """Grid of the fused per-sample kernel, or None when the shape does not fit it."""
+    def _plan_fused(self, n_moments):
+        """Grid, shared memory and residency of the fused per-sample kernel (``n_moments``
+        state arrays per parameter), or None when the shape does not fit it."""
         n_in, n_hid, n_out = self.layout.units
         if n_out > _FUSED_MAX_OUT:
             return None
@@ -231,10 +235,15 @@ class CUDATrainer(Trainer):
         G = -(-n_hid // J)
         NW = min(16, J)
         P = n_out + 1
-        smem = (2 * n_in + 3 * J + NW * P + 5 * n_out + P) * self.dtype.itemsize
+        item = self.dtype.itemsize
+        smem = (2 * n_in + 3 * J + NW * P + 5 * n_out + P) * item
+        # the block's rows of W1^T, W2, b1 and their optimizer state, resident in shared memory
+        rows = (1 + n_moments) * J * (n_in + n_out + 1) * item
+        if FUSED_RESIDENT and smem + rows <= device_limits().smem_per_block_optin - 1024:  # 1 KiB: static
+            return G, J, NW, smem + rows, 1
         if smem > 46 * 1024:
             return None
-        return G, J, NW, smem
+        return G, J, NW, smem, 0
 
     # -------------------------------------------------------------- epoch
     def epoch(self, X, Y, order, opt):
@@ -391,7 +400,9 @@ class CUDATrainer(Trainer):
         b_W1, b_b1, b_W2, b_b2 = parts(self.moment2)
         dummy = cupy.zeros(1, dtype=self.dtype)
         pick = lambda a: a if a is not None else dummy  # noqa: E731
-        G, J, NW, smem = self.fused_plan
+        G, J, NW, smem, resident = self.fused_plan
+        if smem > self._k_sgd1.max_dynamic_shared_size_bytes:
+            self._k_sgd1.max_dynamic_shared_size_bytes = smem
         P = n_out + 1
         partials = cupy.empty(2 * G * P, dtype=self.dtype)
         counter = cupy.zeros(1, dtype=np.uint64)  # grid_barrier.cuh: zeroed once, never reset
@@ -438,6 +449,7 @@ class CUDATrainer(Trainer):
                     np.float64(cfg.beta_2),
                     np.float64(cfg.epsilon),
                     np.int64(opt.t),
+                    np.int32(resident),
                 ),
                 shared_mem=smem,
             )
