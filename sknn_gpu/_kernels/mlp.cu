@@ -167,8 +167,8 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
     T* b2a = b2s + n_out;               // n_out
     T* b2b = b2a + n_out;               // n_out
     T* d2 = b2b + n_out;                // n_out (delta of the previous sample)
-    T* ys = d2 + n_out;                 // n_out
-    T* zs = ys + n_out;                 // P
+    T* ys = d2 + n_out;                 // 2 * n_out (this sample's targets, the next one's)
+    T* zs = ys + 2 * n_out;             // P
     __shared__ T lr_s;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -232,8 +232,8 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
                 lr_s = lr0;
             }
         }
-        if (fwd) {
-            const long long row = __ldg(order + s);
+        if (fwd && s == 0) {  // later samples are loaded while the grid syncs (step 3)
+            const long long row = __ldg(order);
             for (int i = tid; i < n_in; i += blockDim.x) xc[i] = __ldg(X + row * n_in + i);
             for (int c = tid; c < n_out; c += blockDim.x) ys[c] = __ldg(Y + row * n_out + c);
         }
@@ -324,12 +324,13 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             for (int w8 = 0; w8 < NW; ++w8) v += contrib[w8 * P + c];
             part[(long long)blockIdx.x * P + c] = v;
         }
-        if (s + 1 < n_samples) {  // pull the next sample's row into L2 while the grid syncs
-            const T* nx = X + __ldg(order + s + 1) * n_in;
-            const int step = 128 / (int)sizeof(T);
-            for (int i = tid * step; i < n_in; i += blockDim.x * step) {
-                asm volatile("prefetch.global.L2 [%0];" ::"l"(nx + i));
-            }
+        if (s + 1 < n_samples) {  // the next sample's row and targets, loaded while the grid syncs:
+            // its buffers held the previous sample's, read for the last time in (1)
+            const long long row = __ldg(order + s + 1);
+            T* xn = xbuf + ((s + 1) & 1) * n_in;
+            T* yn = ys + ((s + 1) & 1) * n_out;
+            for (int i = tid; i < n_in; i += blockDim.x) xn[i] = __ldg(X + row * n_in + i);
+            for (int c = tid; c < n_out; c += blockDim.x) yn[c] = __ldg(Y + row * n_out + c);
         }
         if (!grid_barrier(counter, err)) return;  // timed out: the host raises
         for (int c = warp; c < P; c += NW) {
@@ -341,7 +342,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         __syncthreads();
         // (4) output activation, loss, output delta (thread 0; n_out is small)
         if (tid == 0) {
-            double loss = out_loss_delta<T, OUT, false>(zs, zs, ys, d2, n_out);
+            double loss = out_loss_delta<T, OUT, false>(zs, zs, ys + (s & 1) * n_out, d2, n_out);
             loss += 0.5 * alpha_d * (double)zs[n_out];
             loss_acc += loss;
         }

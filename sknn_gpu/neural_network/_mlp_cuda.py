@@ -236,7 +236,7 @@ class CUDATrainer(Trainer):
         NW = min(16, J)
         P = n_out + 1
         item = self.dtype.itemsize
-        smem = (2 * n_in + 3 * J + NW * P + 5 * n_out + P) * item
+        smem = (2 * n_in + 3 * J + NW * P + 6 * n_out + P) * item
         # the block's rows of W1^T, W2, b1 and their optimizer state, resident in shared memory
         rows = (1 + n_moments) * J * (n_in + n_out + 1) * item
         if FUSED_RESIDENT and smem + rows <= device_limits().smem_per_block_optin - 1024:  # 1 KiB: static
