@@ -39,6 +39,7 @@ CORE = (
     "_version",
     "_sklearn_compat",
     "io",
+    "_mt19937",
 )
 #: The one module allowed to import scikit-learn's private names.
 SKLEARN_COMPAT = "sknn_gpu._sklearn_compat"

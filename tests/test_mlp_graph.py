@@ -288,23 +288,23 @@ def test_finite_cupy_input_whose_products_overflow_is_not_refused(data):
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_initial_weights_drawn_on_the_gpu_are_numpys_bit_for_bit(dtype, monkeypatch):
-    """legacy_uniform_cuda continues a RandomState's MT19937 stream on the GPU: the same
+    """_mt19937.legacy_uniform continues a RandomState's MT19937 stream on the GPU: the same
     values as RandomState.uniform(...).astype(dtype), and the state left where NumPy leaves
     it; from mid-generation, and in several pieces."""
-    from sknn_gpu.neural_network import _mlp_cuda
+    from sknn_gpu import _mt19937
 
     for shape, burn, chunk in [((784, 1280), 0, None), ((3, 5), 37, None), ((1000, 333), 1001, 4096)]:
         if chunk is not None:
-            monkeypatch.setattr(_mlp_cuda, "MT_CHUNK_WORDS", chunk)
+            monkeypatch.setattr(_mt19937, "UNIFORM_CHUNK_WORDS", chunk)
         ours, numpys = np.random.RandomState(11), np.random.RandomState(11)
         ours.uniform(size=burn)
         numpys.uniform(size=burn)
-        got = _mlp_cuda.legacy_uniform_cuda(ours, -0.0712, 0.0712, shape, dtype)
+        got = _mt19937.legacy_uniform(ours, -0.0712, 0.0712, shape, dtype)
         assert got.shape == shape and got.dtype == dtype
         np.testing.assert_array_equal(got.get(), numpys.uniform(-0.0712, 0.0712, shape).astype(dtype))
         np.testing.assert_array_equal(ours.random_sample(7), numpys.random_sample(7))
     other = np.random.RandomState(np.random.PCG64(0))  # not MT19937: left to the host
-    assert _mlp_cuda.legacy_uniform_cuda(other, 0.0, 1.0, (3,), dtype) is None
+    assert _mt19937.legacy_uniform(other, 0.0, 1.0, (3,), dtype) is None
 
 
 def test_fit_with_initial_weights_drawn_on_the_gpu_equals_drawn_on_the_host(data, monkeypatch):

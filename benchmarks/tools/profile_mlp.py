@@ -23,6 +23,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).res
 
 import numpy as np
 from _harness import time_call
+from bench_mlp import _torch_logits
 from sklearn.utils.validation import check_is_fitted
 
 from sknn_gpu import GPUMLPClassifier
@@ -74,25 +75,26 @@ def main(argv=None):
 
     print(f"hidden {hidden}: fit, one epoch of 60,000 x 784 float32 rows on the GPU")
     print(f"  fit                      {ms(lambda: clf.fit(Xt, yt), 5) / 1e3:8.2f} ms")
-    prof = cProfile.Profile()
-    prof.enable()
-    clf.fit(Xt, yt)
-    cp.cuda.Device().synchronize()
-    prof.disable()
-    pstats.Stats(prof).sort_stats("cumulative").print_stats(20)
+    host_profile(lambda: clf.fit(Xt, yt), "cumulative", 20)
     print(f"hidden {hidden}: predict_proba of 10,000 x 784 float32 rows on the GPU")
     print(f"  predict_proba            {ms(lambda: clf.predict_proba(X)):8.1f} us")
     print(f"  input check (check_X)    {ms(lambda: check_X(clf, X, reset=False)):8.1f} us")
     out_t, flag = clf._out_t(coefs), cp.zeros((), dtype=np.int32)  # as predict runs it
     fwd = lambda: forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_t, flag)  # noqa: E731
     print(f"  forward pass alone       {ms(fwd):8.1f} us")
+    host_profile(lambda: [clf.predict_proba(X) for _ in range(200)], "tottime", 15)
+
+
+def host_profile(call, sort, top):
+    """cProfile of ``call()`` and the GPU work it queued, the ``top`` lines by ``sort``."""
+    import cupy as cp
+
     prof = cProfile.Profile()
     prof.enable()
-    for _ in range(200):
-        clf.predict_proba(X)
+    call()
     cp.cuda.Device().synchronize()
     prof.disable()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(15)
+    pstats.Stats(prof).sort_stats(sort).print_stats(top)
 
 
 def _fitted(hidden, **params):
@@ -232,14 +234,9 @@ def predict_profile(hidden):
     bt = [torch.as_tensor(c, device="cuda") for c in clf.intercepts_]
     q = torch.as_tensor(X, device="cuda")
 
-    def infer():
+    def infer():  # what bench_mlp times as PyTorch inference
         with torch.no_grad():
-            x = q
-            for j, (W, b) in enumerate(zip(Wt, bt)):
-                x = torch.addmm(b, x, W)
-                if j < len(Wt) - 1:
-                    x = torch.relu(x)
-            return torch.softmax(x, dim=1)
+            return torch.softmax(_torch_logits(torch, q, Wt, bt), dim=1)
 
     wall = time_call(infer, repeat=100, warmup=5, device="torch") * 1e6
     print(f"  PyTorch no_grad inference, wall clock with sync    {wall:8.1f} us")
@@ -255,7 +252,7 @@ def predict_profile(hidden):
 
 
 def ab_draws(hidden, solver, rounds=15):
-    """One-epoch fit with the initial weights drawn on the GPU (``legacy_uniform_cuda``)
+    """One-epoch fit with the initial weights drawn on the GPU (``sknn_gpu._mt19937.legacy_uniform``)
     against drawn on the host, interleaved rounds, medians; then the host-side profile of
     one fit (cProfile, top 25 by internal time)."""
     import cupy as cp
@@ -279,12 +276,7 @@ def ab_draws(hidden, solver, rounds=15):
         f"drawn on the GPU {np.median(times['GPU']) * 1e3:.2f} ms, on the host "
         f"{np.median(times['host']) * 1e3:.2f} ms"
     )
-    prof = cProfile.Profile()
-    prof.enable()
-    clf.fit(Xt, yt)
-    cp.cuda.Device().synchronize()
-    prof.disable()
-    pstats.Stats(prof).sort_stats("tottime").print_stats(25)
+    host_profile(lambda: clf.fit(Xt, yt), "tottime", 25)
 
 
 def step_profile(hidden, solver):

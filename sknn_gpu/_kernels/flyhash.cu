@@ -479,74 +479,9 @@ extern "C" __global__ void floyd_resolve(const int* __restrict__ draws, const lo
 // ---------------------------------------------------------------------------------
 // The projection's random draws on the GPU, exactly as NumPy's legacy
 // RandomState.randint(0, j + 1, size=n) makes them (a frozen stream, NEP 19): MT19937
-// 32-bit outputs, and per value the first output whose low bits (the smallest all-ones
-// mask >= j) are <= j. Both kernels run as one block.
-//
-// mt_raw: `count` tempered outputs from the state (key0, pos0), as NumPy's
-// mt19937_next32 gives them; gens[g] receives the key of generation g (gens[0] = key0,
-// then one per twist) so that the host can set the state where the draws stopped. The
-// twist is NumPy's in-place loop in three dependent phases: key[i] reads key[i + 1]
-// (old) and key[i + 397] (old for i < 227, else the new key[i - 227]); key[623] reads
-// the new key[0].
+// 32-bit outputs (mt_raw, _kernels/mt19937.cu), and per value the first output whose low
+// bits (the smallest all-ones mask >= j) are <= j. Runs as one block.
 // ---------------------------------------------------------------------------------
-#define MT_N 624
-#define MT_M 397
-
-__device__ __forceinline__ unsigned mt_mix(unsigned cur, unsigned next, unsigned far)
-{
-    const unsigned y = (cur & 0x80000000u) | (next & 0x7fffffffu);
-    return far ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
-}
-
-__device__ __forceinline__ unsigned mt_temper(unsigned y)
-{
-    y ^= y >> 11;
-    y ^= (y << 7) & 0x9d2c5680u;
-    y ^= (y << 15) & 0xefc60000u;
-    return y ^ (y >> 18);
-}
-
-extern "C" __global__ void __launch_bounds__(1024) mt_raw(const unsigned* __restrict__ key0, const int pos0,
-                                                          const long long count, unsigned* __restrict__ out,
-                                                          unsigned* __restrict__ gens)
-{
-    __shared__ unsigned ka[MT_N], kb[MT_N];
-    const int tid = threadIdx.x;
-    if (tid < MT_N) {
-        ka[tid] = key0[tid];
-        gens[tid] = key0[tid];
-    }
-    __syncthreads();
-    unsigned* cur = ka;
-    unsigned* nxt = kb;
-    long long done = 0, g = 0;
-    int pos = pos0;
-    while (done < count) {  // uniform
-        if (pos == MT_N) {
-            if (tid < MT_N - MT_M) nxt[tid] = mt_mix(cur[tid], cur[tid + 1], cur[tid + MT_M]);
-            __syncthreads();
-            if (tid >= MT_N - MT_M && tid < 2 * (MT_N - MT_M))
-                nxt[tid] = mt_mix(cur[tid], cur[tid + 1], nxt[tid - (MT_N - MT_M)]);
-            __syncthreads();
-            if (tid >= 2 * (MT_N - MT_M) && tid < MT_N - 1)
-                nxt[tid] = mt_mix(cur[tid], cur[tid + 1], nxt[tid - (MT_N - MT_M)]);
-            if (tid == MT_N - 1) nxt[tid] = mt_mix(cur[tid], nxt[0], nxt[MT_M - 1]);
-            __syncthreads();
-            unsigned* t = cur;
-            cur = nxt;
-            nxt = t;
-            pos = 0;
-            ++g;
-            if (tid < MT_N) gens[g * MT_N + tid] = cur[tid];
-        }
-        const long long left = count - done;
-        const int take = (int)(left < (long long)(MT_N - pos) ? left : (long long)(MT_N - pos));
-        if (tid < take) out[done + tid] = mt_temper(cur[pos + tid]);
-        done += take;
-        pos += take;
-    }
-}
-
 // mt_draws: the (s, n) draws of columns j = d - s .. d - 1 from the raw outputs, column
 // after column, each value the next output accepted by its column (masked rejection).
 // A thread takes 4 consecutive outputs per round; a block scan orders the accepted ones.

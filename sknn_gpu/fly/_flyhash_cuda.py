@@ -50,6 +50,8 @@ import scipy.sparse as sp
 
 from .._backend import device_limits, get_cupy, is_cupy_sparse, is_device_array
 from .._kernels import get_function
+from .._mt19937 import MT_N as _MT_N
+from .._mt19937 import mt19937_outputs
 from ._flyhash_cpu import INTEGER_LIMIT
 from ._flyhash_cpu import integer_valued as _host_integer_valued
 from ._wta import BISECT_STEPS, wta_bisect_mask, wta_exact_mask
@@ -132,9 +134,6 @@ def integer_valued(X):  # pragma: no cover - needs a GPU
     return not any(_int_check_flag(Xb) for _, Xb in _device_batches(X, X.shape[1]))
 
 
-_MT_N = 624  # MT19937's state words
-
-
 def _with_margin(mean):
     """Raw outputs to generate for ``mean`` expected ones: 1 % more, 8 standard deviations
     and 4,096 besides (running out only sends the block back to the host)."""
@@ -169,22 +168,17 @@ def draw_block(rng, n, d, s):  # pragma: no cover - needs a GPU
     :data:`FLOYD_MAX_FEATURES` features, for a generator that is not a legacy MT19937
     RandomState, or if the generated outputs ran out (far beyond any realistic draw).
     """
-    if d > FLOYD_MAX_FEATURES or type(rng) is not np.random.RandomState:
+    if d > FLOYD_MAX_FEATURES:
         return None
-    if not isinstance(getattr(rng, "_bit_generator", None), np.random.MT19937):
-        return None  # RandomState over another bit generator: its stream is not MT19937's
-    _, key, pos, has_gauss, gauss = rng.get_state(legacy=True)
+    drawn = mt19937_outputs(rng, _raw_count(n, d, s))
+    if drawn is None:  # not a legacy MT19937 RandomState: its stream is not MT19937's
+        return None
+    raw, advance = drawn
     cupy = get_cupy()
-    count = _raw_count(n, d, s)
-    raw = cupy.empty(count, dtype=cupy.uint32)
-    gens = cupy.empty(((int(pos) + count) // _MT_N + 2) * _MT_N, dtype=cupy.uint32)
-    get_function("flyhash", "mt_raw")(
-        (1,), (1024,), (cupy.asarray(key, dtype=cupy.uint32), np.int32(pos), np.int64(count), raw, gens)
-    )
     draws = cupy.empty((s, n), dtype=cupy.int32)
     consumed = cupy.empty(1, dtype=cupy.int64)
     get_function("flyhash", "mt_draws")(
-        (1,), (1024,), (raw, np.int64(count), np.int32(n), np.int32(s), np.int32(d), draws, consumed)
+        (1,), (1024,), (raw, np.int64(raw.size), np.int32(n), np.int32(s), np.int32(d), draws, consumed)
     )
     picks = cupy.empty((n, s), dtype=cupy.int32)
     get_function("flyhash", "floyd_resolve")(
@@ -193,11 +187,7 @@ def draw_block(rng, n, d, s):  # pragma: no cover - needs a GPU
     used = int(consumed.get()[0])
     if used < 0:
         return None
-    # the state after `used` outputs: NumPy keeps the last generation with pos 624 at its end
-    g, q = divmod(int(pos) + used, _MT_N)
-    if q == 0:
-        g, q = g - 1, _MT_N
-    rng.set_state(("MT19937", gens[g * _MT_N : (g + 1) * _MT_N].get(), q, has_gauss, gauss))
+    advance(used)
     return picks.get()
 
 

@@ -68,6 +68,7 @@ from .._backend import (
     to_host,
 )
 from .._dask import dask_rows, is_dask_collection
+from .._mt19937 import legacy_uniform
 from .._progress import Progress, family_logger
 from .._sklearn_compat import (
     Interval,
@@ -82,14 +83,14 @@ from . import _interop
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
 from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
 from ._mlp_cpu import CPUTrainer
-from ._mlp_cuda import OUT_FUSED_MAX, CUDATrainer, forward_cuda, legacy_uniform_cuda
+from ._mlp_cuda import OUT_FUSED_MAX, CUDATrainer, forward_cuda
 from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
 
 
 #: on the GPU, layers of at least this many weights draw their initial values there
-#: (:func:`._mlp_cuda.legacy_uniform_cuda`: scikit-learn's numbers, bit for bit; MT19937 on
+#: (:func:`sknn_gpu._mt19937.legacy_uniform`: scikit-learn's numbers, bit for bit; MT19937 on
 #: the host takes about 6-11 ns a value, so a million weights cost 6-11 ms there)
 GPU_DRAWS_FROM = 1 << 18
 
@@ -723,7 +724,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             bound = np.sqrt(factor / (fan_in + fan_out))
             coef = None
             if self.device_ == "cuda" and fan_in * fan_out >= GPU_DRAWS_FROM:  # the same numbers, faster
-                coef = legacy_uniform_cuda(self._random_state, -bound, bound, (fan_in, fan_out), dtype)
+                coef = legacy_uniform(self._random_state, -bound, bound, (fan_in, fan_out), dtype)
                 coef = None if coef is None else coef.get()
             if coef is None:
                 coef = self._random_state.uniform(-bound, bound, (fan_in, fan_out)).astype(dtype, copy=False)

@@ -30,7 +30,7 @@ from ._base import Solver, Trainer
 from ._data import CSRRows
 from ._mlp_graph import _NULL, STEP_TAB, GraphEpoch, cublas_library, gemm, on_current_stream
 
-__all__ = ["CUDATrainer", "OUT_FUSED_MAX", "forward_cuda", "legacy_uniform_cuda"]
+__all__ = ["CUDATrainer", "OUT_FUSED_MAX", "forward_cuda"]
 
 #: ``ACT`` and ``OUT`` template arguments of ``_kernels/mlp.cu``
 ACT_CODES = {"identity": 0, "logistic": 1, "tanh": 2, "relu": 3}
@@ -142,50 +142,6 @@ def forward_cuda(X, coefs, inters, activation, out_activation, out_t=None, flag=
     k = get_function("mlp", f"bias_out<{ct},{out}>")
     k((-(-n // 256),), (256,), (Z, inters[last], np.int64(n), np.int32(Z.shape[1])))
     return Z
-
-
-#: words of MT19937 output per ``mt19937_words`` launch (16 MiB): the draws of any layer are
-#: made in pieces of this size, the generator's state carried on the device between them
-MT_CHUNK_WORDS = 1 << 22
-
-
-def legacy_uniform_cuda(random_state, low, high, shape, dtype):
-    """``random_state.uniform(low, high, shape).astype(dtype)`` drawn on the GPU, bit for bit.
-
-    ``random_state`` is a NumPy ``RandomState`` on its MT19937 generator; it is left
-    where drawing on the host would leave it. The generator is sequential, so one block
-    makes the words (``mt19937_words``), then ``mt_uniform`` turns pairs of them into the
-    uniform values as NumPy's C code rounds them. Returns None when ``random_state`` is
-    not a legacy MT19937 ``RandomState`` (the caller draws on the host).
-    """
-    if not isinstance(random_state, np.random.RandomState):
-        return None
-    try:
-        name, key, pos, has_gauss, gauss = random_state.get_state(legacy=True)
-    except ValueError:  # another bit generator under the RandomState
-        return None
-    if name != "MT19937":
-        return None
-    cp = get_cupy()
-    n = int(np.prod(shape))
-    key_d = cp.asarray(np.asarray(key, dtype=np.uint32))
-    pos_d = cp.asarray(np.array([pos], dtype=np.int32))
-    out = cp.empty(n, dtype=dtype)
-    k_words = get_function("mlp", "mt19937_words")
-    ct = "float" if np.dtype(dtype) == np.float32 else "double"
-    k_uniform = get_function("mlp", f"mt_uniform<{ct}>")
-    low, span = float(low), float(high) - float(low)  # what NumPy computes in double
-    per = MT_CHUNK_WORDS // 2
-    words = cp.empty(2 * min(n, per), dtype=np.uint32)
-    for start in range(0, n, per):
-        m = min(per, n - start)
-        k_words((1,), (256,), (key_d, pos_d, words, np.int64(2 * m)))
-        part = out[start : start + m]
-        k_uniform(
-            (_elementwise_grid(m),), (256,), (words, np.int64(m), np.float64(low), np.float64(span), part)
-        )
-    random_state.set_state((name, key_d.get(), int(pos_d.get()[0]), has_gauss, gauss))
-    return out.reshape(shape)
 
 
 class CUDATrainer(Trainer):
