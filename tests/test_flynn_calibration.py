@@ -20,7 +20,7 @@ from sknn_gpu.fly._calibration import (
     class_information,
     scale_of,
 )
-from sknn_gpu.fly._flynn import AUTO_CELLS, AUTO_CELLS_WIDE, auto_cells
+from sknn_gpu.fly._flynn import AUTO_CELLS, AUTO_CELLS_WIDE, auto_cells, auto_winners
 
 
 @pytest.fixture(scope="module")
@@ -242,9 +242,9 @@ def test_counts_file_keeps_the_calibration(digits_split):
 
 def test_auto_capacity_and_receptors(digits_split):
     X_train, _, y_train, _ = digits_split
-    assert auto_cells(320) == AUTO_CELLS == 32768 and auto_cells(3920) == AUTO_CELLS_WIDE == 16384
+    assert auto_cells(320) == AUTO_CELLS == 65536 and auto_cells(3920) == AUTO_CELLS_WIDE == 16384
     clf = FlyNNClassifier(random_state=0, device="cpu").fit(X_train[:200], y_train[:200])
-    assert clf.n_components_ == 32768 and clf.n_receptors_ == 5 and clf.hasher_.n_features_in_ == 320
+    assert clf.n_components_ == 65536 and clf.n_receptors_ == 5 and clf.hasher_.n_features_in_ == 320
     two = FlyNNClassifier(random_state=0, device="cpu").fit(X_train[:200, :2], y_train[:200])
     assert two.n_receptors_ == 32 and two.hasher_.n_features_in_ == 64
     nine = FlyNNClassifier(n_receptors=9, random_state=0, device="cpu").fit(X_train[:50], y_train[:50])
@@ -253,6 +253,63 @@ def test_auto_capacity_and_receptors(digits_split):
         FlyNNClassifier(n_receptors=1).fit(X_train[:50], y_train[:50])
     with pytest.raises(ValueError, match="n_components"):
         FlyNNClassifier(n_components="big").fit(X_train[:50], y_train[:50])
+
+
+def test_auto_winners_follow_the_training_rows_per_input(dask_client):
+    """k='auto': 128 winners from 32 training rows per encoded input (narrow inputs), else
+    512; 256 for wide inputs. fit, partial_fit's first batch, Dask, fit_federated and a
+    counts file resolve it alike; merge_flynn refuses parties that resolved it differently."""
+    import dask.array as da
+
+    from sknn_gpu.fly import fit_federated
+
+    assert auto_winners(64, 2047) == 512 and auto_winners(64, 2048) == 128
+    assert auto_winners(1024, 10**6) == 128 and auto_winners(1025, 10**6) == 256
+    rng = np.random.default_rng(0)
+    X = rng.random((2100, 2))  # 2 features: 32 receptors each, 64 encoded inputs
+    y = (X[:, 0] > X[:, 1]).astype(int)
+    params = dict(n_components=4096, input_range=(0, 1), random_state=0, device="cpu")
+    assert FlyNNClassifier(**params).fit(X[:2047], y[:2047]).k_ == 512
+    pooled = FlyNNClassifier(**params).fit(X, y)
+    assert pooled.k_ == 128 and pooled.k == "auto" and pooled.hasher_.k_ == 128
+    # rows of weight 0 are absent: 2,047 rows left
+    w = np.r_[np.zeros(53), np.ones(2047)]
+    assert FlyNNClassifier(**params).fit(X, y, sample_weight=w).k_ == 512
+    lazy = FlyNNClassifier(**params).fit(da.from_array(X, chunks=700), da.from_array(y, chunks=700))
+    assert lazy.k_ == 128 and np.array_equal(lazy.counts_, pooled.counts_)
+    lazy_w = FlyNNClassifier(**params).fit(
+        da.from_array(X, chunks=700), da.from_array(y, chunks=700), sample_weight=da.from_array(w, chunks=700)
+    )
+    assert lazy_w.k_ == 512
+    # a stream resolves k from its first batch and keeps it
+    stream = FlyNNClassifier(**params).partial_fit(X[:100], y[:100], classes=[0, 1])
+    assert stream.k_ == 512 and stream.partial_fit(X[100:], y[100:]).k_ == 512
+    # parties of 700 rows alone would keep 512 winners; fit_federated counts all 2,100 rows
+    parts = np.array_split(np.arange(len(y)), 3)
+    fed = fit_federated(dask_client, [(X[p], y[p]) for p in parts], **params)
+    assert fed.k_ == 128 and np.array_equal(fed.counts_, pooled.counts_)
+    assert np.array_equal(fed.predict(X[:300]), pooled.predict(X[:300]))
+    fed_lazy = fit_federated(dask_client, (da.from_array(X, chunks=700), da.from_array(y, chunks=700)), **params)
+    assert fed_lazy.k_ == 128 and np.array_equal(fed_lazy.counts_, pooled.counts_)
+    # merges keep the parties' k_, and refuse parties that resolved it differently
+    small, large = FlyNNClassifier(**params).fit(X[:700], y[:700]), FlyNNClassifier(**params).fit(X[700:], y[700:])
+    assert (small.k_, large.k_) == (512, 512) and merge_flynn([small, large]).k_ == 512
+    big = FlyNNClassifier(**params).fit(X[:2048], y[:2048])
+    with pytest.raises(ValueError, match=r"models\[1\] keeps 128 winners per code \(k_\), the first 512"):
+        merge_flynn([small, big])
+    assert merge_flynn([big, FlyNNClassifier(**params).fit(X[:2048], y[:2048])]).k_ == 128
+    # a counts file keeps the resolved k
+    buf = io.BytesIO()
+    pooled.export_counts(buf)
+    buf.seek(0)
+    back = FlyNNClassifier.from_counts(buf)
+    assert back.k_ == 128 and np.array_equal(back.predict(X[:300]), pooled.predict(X[:300]))
+    # an explicit k is kept whatever the rows; a wide input gets 256
+    assert FlyNNClassifier(**{**params, "k": 64}).fit(X, y).k_ == 64
+    wide = FlyNNClassifier(n_components=4096, random_state=0, device="cpu").fit(rng.random((40, 210)), y[:40])
+    assert wide.hasher_.n_features_in_ == 1050 and wide.k_ == 256
+    with pytest.raises(ValueError, match="'k' parameter"):
+        FlyNNClassifier(k="many").fit(X, y)
 
 
 def test_warns_when_codes_carry_no_class_information():

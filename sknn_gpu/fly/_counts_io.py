@@ -386,7 +386,7 @@ def from_counts(cls, file, device=None):
     low, high = _range(arrays, est, d)
     est.classes_ = classes
     est.n_features_in_ = d
-    est._init_model(d, caller="from_counts")  # checks the model's size before drawing it
+    est._init_model(d, caller="from_counts", winners=meta["k"])  # the size checked before drawing
     est._set_input_range(low, high, knots=_quantiles(arrays, est, d))
     if low is not None and not (
         np.array_equal(est.input_low_, low) and np.array_equal(est.input_high_, high)

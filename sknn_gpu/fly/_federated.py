@@ -186,13 +186,13 @@ def _calibration_of(clf):
     return getattr(clf, "calibration_loss_", None), getattr(clf, "held_out_hits_", None)
 
 
-def _combine(template, parts, names, input_range=(None, None), agreed=None, knots=None):
+def _combine(template, parts, names, input_range=(None, None), agreed=None, knots=None, winners=None):
     """A fitted classifier with the summed counts of ``parts`` [(classes, counts, n_features), ...].
 
     ``template`` is an unfitted FlyNNClassifier whose parameters the result takes;
     ``n_features`` is read from the first part; ``names`` name the parts in errors;
     ``input_range`` is the (low, high) the parties' encoding tiled (under
-    ``input_range='fit'``).
+    ``input_range='fit'``); ``winners`` the parties' ``k_`` (``k='auto'``).
     """
     _check_label_types(parts, names)
     classes = np.unique(np.concatenate([np.asarray(c) for c, _, _ in parts]))
@@ -206,7 +206,7 @@ def _combine(template, parts, names, input_range=(None, None), agreed=None, knot
         clf._set_input_range(knots[0], knots[1], knots=knots[2])
     else:
         clf._set_input_range(*input_range)
-    clf._init_model(n_features, caller="merge")
+    clf._init_model(n_features, caller="merge", winners=winners)
     # float counts: a private release's, or a weighted fit's (exact: their sums too)
     floats = any(np.asarray(cnt).dtype.kind == "f" for _, cnt, _ in parts)
     total = np.zeros((len(classes), clf.n_components_), dtype=np.float64 if floats else np.int64)
@@ -294,6 +294,13 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
                 f"Cannot merge FlyNN models: models[{i}] has a different projection matrix although its "
                 "parameters match; parties must share the projection."
             )
+        if m.k_ != ref.k_:  # k='auto' resolved from each party's own rows
+            raise ValueError(
+                f"Cannot merge FlyNN models: models[{i}] keeps {m.k_} winners per code (k_), the first "
+                f"{ref.k_}; k={ref.k!r} was resolved from each party's own training rows. Fit the "
+                "parties with the same integer k, or with fit_federated, which resolves k='auto' from "
+                "the rows of all parties together."
+            )
         if hasattr(ref, "input_low_") and not (
             _arrays_equal(m.input_low_, ref.input_low_)
             and _arrays_equal(m.input_high_, ref.input_high_)
@@ -318,7 +325,12 @@ def merge_flynn(models: Sequence[FlyNNClassifier], device: str | None = None) ->
     if getattr(ref, "input_quantiles_", None) is not None:  # the parties' common quantiles
         agreed = (ref.input_low_, ref.input_high_, ref.input_quantiles_)
     merged = _combine(
-        FlyNNClassifier(**params), parts, [f"models[{i}]" for i in range(len(models))], ranges, knots=agreed
+        FlyNNClassifier(**params),
+        parts,
+        [f"models[{i}]" for i in range(len(models))],
+        ranges,
+        knots=agreed,
+        winners=ref.k_,
     )
     _set_merged_calibration(merged, [_calibration_of(m) for m in models])
     if names is not None:
@@ -465,8 +477,10 @@ def fit_federated(
         silent. Under an ``encoding`` with ``input_range='fit'`` (the defaults),
         each shard first sends its features' minima and maxima (2 x n_features
         numbers) and every party tiles the range of the pooled data, as one fit on
-        the pooled data would; pass a fixed ``input_range`` to send nothing but
-        counts.
+        the pooled data would; pass a fixed ``input_range`` and an integer ``k`` to
+        send nothing but counts. With ``k='auto'`` (the default) each shard first sends
+        its numbers of rows and features, and every party keeps the winners per code
+        that one fit on the pooled rows would.
 
     Returns
     -------
@@ -516,6 +530,10 @@ def fit_federated(
             agreed = (*ranges, _agreed_histogram(client, shards, party, ranges))
         else:
             party["input_range"] = ranges
+    winners = None
+    if isinstance(full["k"], str):  # k='auto': resolved from the rows of every party together
+        rows, n_features = _agreed_rows(client, shards)
+        winners = party["k"] = template._hasher_params(template._width(n_features), rows)["k"]
     futures = _submit(client, shards, party, dp, agreed)
     if not futures:
         raise ValueError("fit_federated needs at least one shard.")
@@ -534,7 +552,7 @@ def fit_federated(
     names = _agreed_feature_names([r.get("feature_names") for r in results], who, "fit_federated")
     parts = [(r["classes"], r["counts"], r["n_features"]) for r in results]
     who = [f"shard {i}" for i in range(len(parts))]
-    clf = _combine(FlyNNClassifier(**full), parts, who, ranges, agreed)
+    clf = _combine(FlyNNClassifier(**full), parts, who, ranges, agreed, winners=winners)
     _set_merged_calibration(clf, [r.get("calibration") for r in results])
     if names is not None:
         clf.feature_names_in_ = names
@@ -599,6 +617,40 @@ def _agreed_histogram(client, shards, params, ranges):
         else:
             parts.append(_shard_histogram(s, i, params, low, high))
     return sum(p.result() if isinstance(p, Future) else p for p in parts)
+
+
+def _shard_shape(pair, index):
+    """Runs on a worker (or the client, for a local pair): ``(rows, features)`` of one shard's X."""
+    X = pair[0]
+    shape = getattr(X, "shape", None) or np.shape(X)
+    if len(shape) != 2:
+        raise ValueError(f"fit_federated: shard {index}: X must be 2-D, got shape {tuple(shape)}.")
+    if int(shape[0]) == 0:
+        raise _empty_shard(index)
+    return int(shape[0]), int(shape[1])
+
+
+def _agreed_rows(client, shards):
+    """``(rows, features)`` of the pooled shards, for ``k='auto'``: the parties resolve it as
+    one fit on the pooled data would (two numbers travel per party)."""
+    from distributed import Future
+
+    if _dask_pair(shards):
+        _check_row_blocks(shards[0])
+        return int(shards[0].shape[0]), int(shards[0].shape[1])
+    shapes = []
+    for i, s in enumerate(shards):
+        if isinstance(s, Future):  # counted where the shard lives
+            shapes.append(client.submit(_shard_shape, s, i, pure=False))
+        elif isinstance(s, (tuple, list)) and len(s) == 2:
+            shapes.append(_shard_shape(s, i))
+        else:
+            raise TypeError(f"shards[{i}] must be a Future or an (X, y) pair, got {type(s).__name__}.")
+    if not shapes:
+        raise ValueError("fit_federated needs at least one shard.")
+    shapes = [r.result() if isinstance(r, Future) else r for r in shapes]
+    _check_widths([d for _, d in shapes], [f"shard {i}" for i in range(len(shapes))])
+    return sum(n for n, _ in shapes), shapes[0][1]
 
 
 def _agreed_range(client, shards, params):

@@ -325,9 +325,14 @@ def fit(est, X, y, what, first, sample_weight=None):
             est._set_input_range(low, high, histogram=column_histogram(est, X, w))
         else:
             est._set_input_range(low, high)
-        est._init_model(d, 0, caller=what)
+    kept = _kept_rows(X, w)
+    n_train = X.shape[0] if kept is None else kept.size  # the rows an in-memory fit keeps
+    if first:
+        est._init_model(d, 0, caller=what, n_train=n_train)  # k='auto' from n_train
     bar = Progress(est, f"{type(est).__name__}.{what} (dask)", verbose=est.verbose, unit="blocks")
-    total, n, bar.n, cal = counts(est, X, y, what, w, calibration_rows=_calibration_rows(X, w))
+    rows = _calibration.calibration_rows(n_train)
+    rows = rows if kept is None else kept[rows]
+    total, n, bar.n, cal = counts(est, X, y, what, w, calibration_rows=rows)
     if not first:
         total = _weights.check_exact(est.counts_ + total, what)
         table = _calibration.held_out(est, *cal)  # the batch, scored by the model before it
@@ -340,16 +345,16 @@ def fit(est, X, y, what, first, sample_weight=None):
     return est
 
 
-def _calibration_rows(X, w):
-    """The rows of ``predict_proba``'s calibration: those an in-memory fit on the same data
-    picks (at most ``CALIBRATION_ROWS``, evenly spread over the rows of nonzero weight), so
-    both calibrate alike. With weights, the weights (one number a row) are read first."""
+def _kept_rows(X, w):
+    """The indices of the rows of nonzero weight (the weights, one number a row, are read),
+    or None without weights. ``predict_proba``'s calibration rows are picked among them
+    (at most ``CALIBRATION_ROWS``, evenly spread), as an in-memory fit picks them, so both
+    calibrate alike, and ``k='auto'`` counts them."""
     import dask
 
     if w is None:
-        return _calibration.calibration_rows(X.shape[0])
-    keep = np.flatnonzero(np.asarray(to_host(dask.compute(w)[0]), dtype=np.float64) != 0)
-    return keep[_calibration.calibration_rows(keep.size)]
+        return None
+    return np.flatnonzero(np.asarray(to_host(dask.compute(w)[0]), dtype=np.float64) != 0)
 
 
 # ----------------------------------------------------------------------------------

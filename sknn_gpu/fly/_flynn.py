@@ -111,21 +111,41 @@ def _hash_constraints():
     src = getattr(FlyHashTransformer, "_parameter_constraints", {})
     out = {name: src.get(name, "no_validation") for name in (*HASH_PARAMS, "precision")}
     out["n_components"] = [*out["n_components"], StrOptions({"auto"})]
+    out["k"] = [*out["k"], StrOptions({"auto"})]
     return out
 
 
 #: ``n_components='auto'``: cells for an input of at most :data:`AUTO_WIDE_INPUTS` encoded
 #: values, and for a wider one (where each cell's sum and the winners' selection cost most of
 #: a prediction). Chosen on the development suite (``benchmarks/tools/sweep_flynn_devsuite.py``):
-#: 32,768 cells came 1.5 points closer to k-NN than 8,192 on average.
-AUTO_CELLS = 32768
+#: with ``k='auto'``, 65,536 cells moved it from 0.4-0.5 points under the best k-NN to 0.0-0.2
+#: over it under three hash seeds.
+AUTO_CELLS = 65536
 AUTO_CELLS_WIDE = 16384
 AUTO_WIDE_INPUTS = 1024
+
+#: ``k='auto'``: winners per code for an input of at most :data:`AUTO_WIDE_INPUTS` encoded
+#: values, with at least :data:`AUTO_ROWS_PER_INPUT` training rows per encoded value (enough
+#: data for small neighbourhoods) or fewer, and for a wider input.
+AUTO_WINNERS_MANY_ROWS = 128
+AUTO_WINNERS_FEW_ROWS = 512
+AUTO_WINNERS_WIDE = 256
+AUTO_ROWS_PER_INPUT = 32
 
 
 def auto_cells(width):
     """The cells of ``n_components='auto'`` for ``width`` encoded inputs per row."""
     return AUTO_CELLS if int(width) <= AUTO_WIDE_INPUTS else AUTO_CELLS_WIDE
+
+
+def auto_winners(width, n_train):
+    """The winners of ``k='auto'`` for ``width`` encoded inputs per row and ``n_train``
+    training rows."""
+    if int(width) > AUTO_WIDE_INPUTS:
+        return AUTO_WINNERS_WIDE
+    if int(n_train) >= AUTO_ROWS_PER_INPUT * int(width):
+        return AUTO_WINNERS_MANY_ROWS
+    return AUTO_WINNERS_FEW_ROWS
 
 
 class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
@@ -146,7 +166,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     ----------
     n_components : int, 'auto' or None, default='auto'
         Number of Kenyon cells ``m`` (hash length); forwarded to
-        :class:`~sknn_gpu.fly.FlyHashTransformer`. ``'auto'``: 32,768 cells when the hash
+        :class:`~sknn_gpu.fly.FlyHashTransformer`. ``'auto'``: 65,536 cells when the hash
         reads at most 1,024 values per row, 16,384 for a wider input (the prediction's
         cost grows with the cells; the user guide shows the trade). ``None``:
         ``int(expansion_factor * inputs)``, where ``inputs`` is the number of values
@@ -159,8 +179,16 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         at least 2 and at most 16 (:data:`MAX_DEFAULT_CONNECTIONS`).
     connection_sparsity : float, default=0.2
         Fraction of the inputs each cell reads when ``n_connections`` is None.
-    k : int or float, default=256
+    k : int, float or 'auto', default='auto'
         Winners per code: an int is a count, a float in (0, 1) a fraction of ``m``.
+        ``'auto'``: for a hash that reads at most 1,024 values per row, 128 winners when
+        ``fit`` sees at least 32 training rows per value read (``n_samples >= 32 *
+        n_features * receptors``: enough data for small neighbourhoods), else 512; 256
+        for a wider input. Resolved once, into ``k_``, from the rows of ``fit`` (of
+        nonzero weight), of the first :meth:`partial_fit` batch, or of every party
+        together in :func:`~sknn_gpu.fly.fit_federated`; :func:`~sknn_gpu.fly.merge_flynn`
+        refuses models that resolved it differently. The counts suit
+        ``n_components='auto'``: with a small explicit ``n_components``, give ``k`` too.
     precision : {'exact', 'integer', 'fast'}, default='exact'
         Arithmetic of the hash in ``fit`` and prediction (see
         :class:`~sknn_gpu.fly.FlyHashTransformer`): ``'exact'`` is bit-identical on
@@ -284,7 +312,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     n_components_ : int
         Hash length ``m``.
     k_ : int
-        Winners per code.
+        Winners per code (resolved from ``k``).
     n_receptors_ : int
         Receptors per feature of ``encoding='population'`` (resolved from
         ``n_receptors``).
@@ -320,8 +348,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     Notes
     -----
     The defaults (population encoding with ``n_receptors='auto'`` over the fitted
-    quantiles, 32,768 cells (16,384 for wide inputs), at most 16 connections, 256
-    winners, ``gamma=0.03`` with relative decay) were chosen by 5-fold
+    quantiles, 65,536 cells and 128 or 512 winners by the training rows per input
+    (16,384 cells and 256 winners for wide inputs), at most 16 connections,
+    ``gamma=0.03`` with relative decay) were chosen by 5-fold
     cross-validation on a development suite of nineteen real tables
     (``benchmarks/tools/sweep_flynn_devsuite.py``) and judged on tables outside it;
     the user guide gives both results and where FlyNN is the wrong tool. The papers'
@@ -333,10 +362,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     input, 10 % connections, 32 winners: the papers' hash, a general-purpose one
     whose codes are its output) because they were chosen for this classifier's
     accuracy on the development suite: more cells helped on every kind of table
-    (8,192 to 32,768: 1.5 points closer to k-NN on average); 20 % of the inputs with
-    at most 16 connections (more cost time); and ``k=256``, ``gamma=0.03``, which a
-    grid over ``k``, ``gamma`` and the cells improves by 0.8 points on average on five
-    development tables (``benchmarks/tools/grid_flynn_devsuite.py``).
+    (8,192 to 32,768: 1.5 points closer to k-NN on average; 65,536 with ``k='auto'``:
+    another 0.4-0.5 points, 3.8 on phoneme, whose 4,323 training rows of 5 features
+    want small neighbourhoods); 20 % of the inputs with at most 16 connections (more
+    cost time); and ``gamma=0.03``.
 
     ``predict_proba`` is calibrated in ``fit``: up to 16,384 training rows, spread
     evenly, are split in five folds, and each row is scored by the model of the
@@ -420,7 +449,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         expansion_factor=20.0,
         n_connections=None,
         connection_sparsity=0.2,
-        k=256,
+        k="auto",
         precision="exact",
         encoding="population",
         n_receptors="auto",
@@ -521,16 +550,24 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     # model state                                                          #
     # ------------------------------------------------------------------ #
 
-    def _hasher_params(self, width):
+    def _hasher_params(self, width, n_train=0, winners=None):
         """The FlyHash parameters for ``width`` inputs per row, ``n_connections=None``
-        resolved to FlyNN's default (capped at :data:`MAX_DEFAULT_CONNECTIONS`)."""
+        resolved to FlyNN's default (capped at :data:`MAX_DEFAULT_CONNECTIONS`) and the
+        ``'auto'`` sizes to theirs: ``k='auto'`` from ``n_train`` training rows, or
+        ``winners`` (a model's resolved ``k_``: a merge, a file) when given."""
         params = {name: getattr(self, name) for name in HASH_PARAMS}
         if isinstance(params["n_components"], str):
             params["n_components"] = auto_cells(width)
+        if isinstance(params["k"], str):
+            params["k"] = int(winners) if winners is not None else auto_winners(width, n_train)
         if params["n_connections"] is None:
             s = min(MAX_DEFAULT_CONNECTIONS, int(self.connection_sparsity * width))
             params["n_connections"] = min(int(width), max(2, s))
         return params
+
+    def _width(self, n_features):
+        """The number of values the hash reads per row of ``n_features`` features."""
+        return encoding_width(self.encoding, n_receptors(self.n_receptors, n_features)) * int(n_features)
 
     def _normalizes(self):
         """Whether rows are centred and scaled before hashing (``normalize='auto'``: without an encoding)."""
@@ -569,13 +606,15 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """The encoded dense device batch ``Xb`` (:func:`._flynn_batches.encode_batch`)."""
         return _flynn_batches.encode_batch(self, Xb)
 
-    def _init_model(self, n_features, n_samples=0, caller="fit"):
+    def _init_model(self, n_features, n_samples=0, caller="fit", n_train=None, winners=None):
         """Resolve ``device`` and ``random_state`` once, check the size, draw the hash, zero the counts.
 
         The hasher receives the resolved device and the drawn random state: it
         resolves nothing again. ``n_samples`` training rows are included in the
         size check (``fit`` knows them; ``partial_fit`` passes its batch, merges 0);
-        ``caller`` names the public method in the error.
+        ``caller`` names the public method in the error. ``k='auto'`` is resolved
+        from ``n_train`` training rows (default ``n_samples``), or is ``winners``
+        when given (a merge's or a file's ``k_``).
         """
         device = self._resolve_device()
         rng = check_random_state(self.random_state)
@@ -585,9 +624,10 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             seed = int(rng.randint(np.iinfo(np.int32).max))
             rng = np.random.RandomState(seed)
         self.n_receptors_ = n_receptors(self.n_receptors, n_features)
-        # the inputs the hash reads
-        width = encoding_width(self.encoding, self.n_receptors_) * int(n_features)
-        hasher = FlyHashTransformer(**self._hasher_params(width), random_state=seed, device=device)
+        width = self._width(n_features)
+        rows = n_samples if n_train is None else n_train
+        params = self._hasher_params(width, rows, winners)
+        hasher = FlyHashTransformer(**params, random_state=seed, device=device)
         sizes = hasher._sizes(width)
         self._check_size("fit", n_samples, n_features=width, sizes=sizes, caller=caller)
         self.hasher_ = hasher._fit_projection(width, device, rng, owner=self)
