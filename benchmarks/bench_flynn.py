@@ -7,9 +7,12 @@ Data: digits (1,797 × 64) and a synthetic mixture (60,000 × 784: 50,000 train,
 10,000 test; 10 classes of 6 Gaussian clusters each (noise 0.4 per feature) around random
 sparse non-negative prototypes, clipped at 0). CPU rows on the large set are
 timed once (they take seconds); GPU rows are medians of CUDA-event timings.
-FlyNN runs with its defaults (thermometer encoding over the fitted range, 8,192 cells
-reading 16 inputs, k=256, gamma=0.03 with relative decay); digits also with the papers'
-FlyNN (raw rows, k=32, 20 cells per feature reading 10 % of them, gamma=0.5 ** counts).
+FlyNN runs with its defaults (population encoding over the fitted quantiles; 16,384 cells and
+256 winners for the 784-feature sets, 65,536 cells and ``k='auto'`` for narrow ones; at most 16
+inputs per cell; gamma=0.03 with relative decay); digits also with the papers' FlyNN (raw rows,
+k=32, 256 cells per feature reading 10 % of them, gamma=0.5 ** counts). ``--only narrow``: a
+16-feature table from ``make_classification`` (50,000 training rows, 10,000 queries), where
+the defaults take 65,536 cells and 128 winners.
 
 Peers as a user with a GPU would write them: brute-force 1-NN in PyTorch
 (``torch.cdist`` + ``argmin``, fp32, data on the device), and on the CPU scikit-learn's
@@ -59,6 +62,18 @@ def synthetic(n_train, n_test, d=784, n_classes=10, clusters=6, seed=0):
     X = protos[c] + 0.4 * rng.standard_normal((n, d))
     X = np.clip(X, 0, None).astype(np.float32)
     y = c % n_classes
+    return X[:n_train], X[n_train:], y[:n_train], y[n_train:]
+
+
+def narrow(n_train, n_test, seed=0):
+    """A 16-feature table (10 classes of 2 Gaussian clusters, 12 informative features,
+    ``make_classification``) split into ``(X_train, X_test, y_train, y_test)``, float32."""
+    from sklearn.datasets import make_classification
+
+    X, y = make_classification(
+        n_train + n_test, 16, n_informative=12, n_classes=10, n_clusters_per_class=2, random_state=seed
+    )
+    X = X.astype(np.float32)
     return X[:n_train], X[n_train:], y[:n_train], y[n_train:]
 
 
@@ -170,7 +185,7 @@ def run_case(name, X_train, X_test, y_train, y_test, params, gpu, quick):
         baseline="sklearn kNN (k=1)",
     )
     ref = FlyNNClassifier(**params, device="cpu").fit(X_train, y_train)
-    big = X_train.shape[0] * d > 10_000_000
+    big = X_train.shape[0] * d > 10_000_000 or X_train.shape[0] >= 50_000  # CPU rows timed once
     reps = 3 if quick else 5
     cpu_reps = dict(repeat=1, warmup=0) if big else dict(repeat=reps)
 
@@ -459,8 +474,8 @@ def main(argv=None):
     pre.add_argument(
         "--only",
         default=None,
-        help="comma list of digits, synthetic, sweep (GPU training-set sweep), cpu-sweep, fashion "
-        "(real Fashion-MNIST, with --fashion-dir); default: all",
+        help="comma list of digits, narrow, synthetic, sweep (GPU training-set sweep), cpu-sweep, "
+        "fashion (real Fashion-MNIST, with --fashion-dir); default: all",
     )
     pre.add_argument(
         "--fashion-dir",
@@ -475,7 +490,9 @@ def main(argv=None):
     args = parse_args(__doc__.splitlines()[0], rest)
     print(environment_header() + "\n")
     gpu = cuda_available() and args.device != "cpu"
-    only = set(extra.only.split(",")) if extra.only else {"digits", "synthetic", "sweep", "cpu-sweep"}
+    only = (
+        set(extra.only.split(",")) if extra.only else {"digits", "narrow", "synthetic", "sweep", "cpu-sweep"}
+    )
     if "sweep" in only:
         sizes = (
             _ints(extra.sizes)
@@ -501,6 +518,11 @@ def main(argv=None):
             gpu=gpu,
             quick=args.quick,
         )
+    if "narrow" in only:
+        n_train, n_test = (5_000, 1_000) if args.quick else (50_000, 10_000)
+        parts = narrow(n_train, n_test)
+        params = dict(random_state=0)
+        run_case("narrow mixture, 16 features (defaults)", *parts, params=params, gpu=gpu, quick=args.quick)
     if "fashion" in only:
         data = load_fashion_mnist(extra.fashion_dir)
         if data is None:

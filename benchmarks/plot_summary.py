@@ -35,6 +35,7 @@ FLYHASH = "2026-11-26-h100/bench_flyhash_fmnist_recheck.md"
 SPARSE = "2026-11-26-h100/sparsenet_latency_after_review_mend.md"
 
 FLYNN = "2026-11-28-h100/bench_flynn_defaults.md"
+FLYNN_NARROW = "2026-11-28-h200/bench_flynn_narrow.md"
 #: (estimator, workload, results file, table title prefix, our row (on cuda), peer class or None)
 WORKLOADS = [
     ("GBNNMemory", "joint retrieval, 30,000 probes (Scenario 2)", "2026-11-26-h100/bench_gbnn_peers.md",
@@ -47,8 +48,10 @@ WORKLOADS = [
      "Training-set sweep (GPU): 6,000 ", "ours FlyNN predict (GPU)", None),
     ("FlyNNClassifier", "predict 10,000, 600,000 training rows", FLYNN,
      "Training-set sweep (GPU): 600,000 ", "ours FlyNN predict (GPU)", None),
-    ("FlyNNClassifier", "predict digits (540 rows)", FLYNN,
+    ("FlyNNClassifier", "predict digits (540 rows, H200)", "2026-11-28-h200/bench_flynn_digits.md",
      "digits (defaults): predict", "ours FlyNN", None),
+    ("FlyNNClassifier", "predict 10,000 x 16, 50,000 training rows (H200)", FLYNN_NARROW,
+     "narrow mixture, 16 features (defaults): predict", "ours FlyNN", None),
     ("DTCNNHalftoner", "one 512² photo (Pillow on one core)", "2026-11-26-h100/dtcnn_rowskip.md",
      "camera 512x512", "ours DT-CNN (rows)", None),
     ("DTCNNHalftoner", "one 4096² image (Pillow on one core)", "2026-11-26-h100/dtcnn_rowskip.md",
@@ -145,7 +148,9 @@ def plot(rows, out_png):
         ax.text(s, i, f" {s:.0f}×" if s >= 10 else f" {s:.3g}×", va="center", fontsize=8)
     ax.set_xlim(min(speed) / 2, max(speed) * 4)
     ax.set_xlabel("times faster than the strongest peer (log scale; red: the peer is faster)", fontsize=9)
-    fig.suptitle("sknn_gpu on one H100 (MLP: H200) against what a user would write instead", fontsize=10)
+    fig.suptitle(
+        "sknn_gpu on one H100 (rows marked H200: H200) against what a user would write instead", fontsize=10
+    )
     fig.tight_layout()  # the title centred on the figure, not on the axes beside the long labels
     fig.savefig(out_png, dpi=100)
     plt.close(fig)

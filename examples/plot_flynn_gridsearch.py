@@ -5,7 +5,8 @@ FlyNN on digits: accuracy over gamma × k, and the price of privacy
 :class:`~sknn_gpu.fly.FlyNNClassifier` has two knobs that matter most: the
 number of winners ``k`` of the FlyHash code and the filter decay ``gamma``
 (``gamma = 0``: binary Fly Bloom filters; closer to 1: cells used by many
-training samples count more; the defaults are ``k=256`` and ``gamma=0.03``). A
+training samples count more; the defaults are ``k='auto'``, 128 or 512 winners by the
+number of training rows, and ``gamma=0.03``). A
 cross-validated grid search over both is an ordinary scikit-learn ``GridSearchCV``.
 
 The second figure shows the accuracy of differentially private releases

@@ -289,10 +289,15 @@ def test_auto_winners_follow_the_training_rows_per_input(dask_client):
     fed = fit_federated(dask_client, [(X[p], y[p]) for p in parts], **params)
     assert fed.k_ == 128 and np.array_equal(fed.counts_, pooled.counts_)
     assert np.array_equal(fed.predict(X[:300]), pooled.predict(X[:300]))
-    fed_lazy = fit_federated(dask_client, (da.from_array(X, chunks=700), da.from_array(y, chunks=700)), **params)
+    fed_lazy = fit_federated(
+        dask_client, (da.from_array(X, chunks=700), da.from_array(y, chunks=700)), **params
+    )
     assert fed_lazy.k_ == 128 and np.array_equal(fed_lazy.counts_, pooled.counts_)
     # merges keep the parties' k_, and refuse parties that resolved it differently
-    small, large = FlyNNClassifier(**params).fit(X[:700], y[:700]), FlyNNClassifier(**params).fit(X[700:], y[700:])
+    small, large = (
+        FlyNNClassifier(**params).fit(X[:700], y[:700]),
+        FlyNNClassifier(**params).fit(X[700:], y[700:]),
+    )
     assert (small.k_, large.k_) == (512, 512) and merge_flynn([small, large]).k_ == 512
     big = FlyNNClassifier(**params).fit(X[:2048], y[:2048])
     with pytest.raises(ValueError, match=r"models\[1\] keeps 128 winners per code \(k_\), the first 512"):

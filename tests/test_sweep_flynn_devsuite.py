@@ -89,3 +89,19 @@ def test_subsample_is_stratified_and_flagged(sweep_module):
     assert "subsampled" in note
     full = np.bincount(sweep_module.load_table("wine")[1]) / 178
     assert np.allclose(np.bincount(y) / 90, full, atol=0.02)
+
+
+def test_exported_tables_read_back_the_same(sweep_module, tmp_path, monkeypatch):
+    path = tmp_path / "tables.npz"
+    sweep_module.export_tables(path, names=("iris", "wine"))
+    before = {name: sweep_module.load_table(name)[:2] for name in ("iris", "wine")}
+    monkeypatch.setattr(sweep_module, "_TABLE_FILE", {})
+    sweep_module.use_tables(path)
+    # the file's copy is read before the source: a changed copy shows through
+    assert set(sweep_module._TABLE_FILE) == {"iris/X", "iris/y", "wine/X", "wine/y"}
+    for name, (X, y) in before.items():
+        X2, y2, _ = sweep_module.load_table(name)
+        np.testing.assert_array_equal(X2, X)
+        np.testing.assert_array_equal(y2, y)
+    sweep_module._TABLE_FILE["iris/X"] = sweep_module._TABLE_FILE["iris/X"] + 1.0
+    np.testing.assert_array_equal(sweep_module.load_table("iris")[0], before["iris"][0] + 1.0)

@@ -26,13 +26,13 @@ from sknn_gpu.fly import PAPERS_FLYNN, FlyNNClassifier, merge_flynn
 
 TITLE = "FlyNN (Fly Bloom filter k-NN): accuracy vs k-NN, federated == pooled, differential privacy"
 SRC = "flyhash-gpu-wta.md §II-b"
-#: The papers' FlyNN: the raw features (rows centred and scaled), m = 20 d cells reading
-#: 10 % of the features, filters gamma ** counts (this package's defaults before 2026-11-26).
+#: The papers' FlyNN: the raw features (rows centred and scaled), m = 256 d cells reading
+#: 10 % of the features, filters gamma ** counts.
 PAPERS = PAPERS_FLYNN
 CONFIGS = (
     ("FlyNN of the papers, k=32, gamma=0.5", dict(PAPERS, k=32, gamma=0.5)),
     ("FlyNN of the papers, k=128, gamma=0.6", dict(PAPERS, k=128, gamma=0.6)),
-    ("FlyNN defaults (thermometer encoding, relative decay)", {}),
+    ("FlyNN defaults", {}),
 )
 #: Digits' pixels are 0..16: parties that share this range (and the projection) merge exactly.
 PIXELS = dict(input_range=(0, 16))

