@@ -35,7 +35,7 @@ FLYHASH = "2026-11-26-h100/bench_flyhash_fmnist_recheck.md"
 SPARSE = "2026-11-26-h100/sparsenet_latency_after_review_mend.md"
 
 FLYNN = "2026-11-28-h100/bench_flynn_defaults.md"
-FLYNN_NARROW = "2026-11-28-h200/bench_flynn_narrow.md"
+FLYNN_NARROW = "2026-11-28-h200/bench_flynn_narrow_digits.md"
 #: (estimator, workload, results file, table title prefix, our row (on cuda), peer class or None)
 WORKLOADS = [
     ("GBNNMemory", "joint retrieval, 30,000 probes (Scenario 2)", "2026-11-26-h100/bench_gbnn_peers.md",
@@ -48,7 +48,7 @@ WORKLOADS = [
      "Training-set sweep (GPU): 6,000 ", "ours FlyNN predict (GPU)", None),
     ("FlyNNClassifier", "predict 10,000, 600,000 training rows", FLYNN,
      "Training-set sweep (GPU): 600,000 ", "ours FlyNN predict (GPU)", None),
-    ("FlyNNClassifier", "predict digits (540 rows, H200)", "2026-11-28-h200/bench_flynn_digits.md",
+    ("FlyNNClassifier", "predict digits (540 rows, H200)", "2026-11-28-h200/bench_flynn_narrow_digits.md",
      "digits (defaults): predict", "ours FlyNN", None),
     ("FlyNNClassifier", "predict 10,000 x 16, 50,000 training rows (H200)", FLYNN_NARROW,
      "narrow mixture, 16 features (defaults): predict", "ours FlyNN", None),

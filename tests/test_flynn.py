@@ -392,6 +392,34 @@ def test_fit_federated_on_dask_equals_pooled(digits, dask_client):
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("n_classes", [1, 2, 3, 10, 16, 17, 32])
+def test_gpu_nearest_class_matches_the_cpu(rng, n_classes):
+    """The fused prediction kernel gives the CPU engine's labels: the same sums in the same
+    order, the lowest class on ties (columns repeated, so exact ties happen), at batch sizes
+    that leave a warp's lane groups partly idle."""
+    import cupy as cp
+
+    from sknn_gpu.fly import _flynn_cuda
+
+    m, k = 4096, 37  # k not a multiple of the kernel's unrolling
+    filters_t = rng.random((m, n_classes)) ** 3
+    if n_classes > 2:
+        filters_t[:, n_classes - 1] = filters_t[:, 0]  # the last class ties with the first
+        filters_t[:, 1] = filters_t[:, 2]
+    filters_t = np.ascontiguousarray(filters_t)
+    for n in (1, 5, 33, 1000):
+        winners = rng.integers(0, m, size=(n, k), dtype=np.int32)
+        expected = _flynn_cpu.nearest_class(winners, filters_t)
+        got = _flynn_cuda.nearest_class(cp.asarray(winners), cp.asarray(filters_t))
+        assert np.array_equal(cp.asnumpy(got), expected)
+        out = cp.full(n + 3, -1, dtype=cp.int64)
+        _flynn_cuda.nearest_class(cp.asarray(winners), cp.asarray(filters_t), out=out[2 : 2 + n])
+        assert (
+            np.array_equal(cp.asnumpy(out[2 : 2 + n]), expected) and int(out[0]) == -1 and int(out[-1]) == -1
+        )
+
+
+@pytest.mark.cuda
 def test_cpu_gpu_bit_identical(rng):
     import cupy as cp
 

@@ -389,7 +389,8 @@ def nearest_class(winners, filters_t, out=None):  # pragma: no cover - needs a G
     if out is None:
         out = cp.empty(n, dtype=cp.int64)
     args = (winners, filters_t, out, np.int64(n), np.int32(k))
-    _launch("flynn_predict", n, args, N_CLASSES=int(n_classes))
+    group = 1 << max(0, int(n_classes) - 1).bit_length()  # lanes per sample: a power of two >= n_classes
+    _launch("flynn_predict", n * group, args, N_CLASSES=int(n_classes), N_GROUP=group)
     return out
 
 
