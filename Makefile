@@ -66,13 +66,11 @@ test-sklearn-oldest:
 	$(OLDEST_VENV)/bin/python -c "import sklearn; print('scikit-learn', sklearn.__version__)"
 	$(OLDEST_VENV)/bin/python -m pytest -q -p no:cacheprovider -m "not slow" $(OLDEST_TESTS)
 
-# the scikit-learn-facing fast tests (the estimator checks over all six, our stand-ins for its
-# private names, set_output, model selection, the MLP beside scikit-learn's, the private-import
-# rule) against the newest scikit-learn release on the package index, in their own environment
-# $(LATEST_VENV): the package and its test extra within pyproject.toml's bounds, then scikit-learn
-# upgraded past the upper bound when a newer release exists (pip then warns of the conflict: that
-# is the point). Not part of `make test` (.ci/run), to keep CI's time; run `make test-sklearn-latest`
-# before lifting the bound, SKLEARN_PRE=1 to take a pre-release, LATEST_TESTS=tests for everything.
+# the scikit-learn-facing fast tests (the estimator checks over all six, our parameter
+# validation and checks, set_output, model selection, the MLP beside scikit-learn's, the
+# private-import rule) against the newest scikit-learn release on the package index, in their own
+# environment $(LATEST_VENV) (pyproject.toml sets no upper bound). Not part of `make test`
+# (.ci/run), to keep CI's time; SKLEARN_PRE=1 takes a pre-release, LATEST_TESTS=tests everything.
 LATEST_VENV ?= .venv-sklearn-latest
 LATEST_TESTS ?= tests/test_common.py tests/test_sklearn_compat.py tests/test_release.py \
   tests/test_set_output.py tests/test_gbnn_model_selection.py tests/test_mlp.py tests/test_architecture.py

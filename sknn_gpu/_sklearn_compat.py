@@ -1,36 +1,35 @@
-"""The one module of sknn_gpu that touches scikit-learn's private names.
+"""The one module of sknn_gpu that touches scikit-learn's private names, and only behind a
+fallback.
 
 A private name is one whose module path or own name has a component starting with
-``_`` (``sklearn.utils._param_validation.Interval``, ``sklearn.base._fit_context``):
-scikit-learn may move or change it in any release without notice. Every other module of
-the package imports such names from here, never from scikit-learn, and
-``tests/test_architecture.py`` fails when one does. So when a new scikit-learn release
-breaks something private, this file is the only place to mend.
+``_`` (``sklearn.utils._set_output._get_output_config``): scikit-learn may move or change it
+in any release without notice. Every other module of the package imports such names from
+here, never from scikit-learn, and ``tests/test_architecture.py`` fails when one does, or
+when one is imported here outside a ``try`` that falls back to our own code on
+``ImportError``. So a scikit-learn release that moves a private name costs a fallback, not
+an import error, and the package declares no upper bound on scikit-learn.
 
 scikit-learn versions
 ---------------------
 The oldest supported scikit-learn is the lower bound in ``pyproject.toml`` (1.6);
-``make test-sklearn-oldest`` runs the fast tests against it in a separate environment.
-The upper bound is the newest release the test suite has passed on. It is lifted by
-running the suite against the new release: only this module can break, and what breaks
-is either mended here or given our own implementation here.
+``make test-sklearn-oldest`` runs the fast tests against it and ``make test-sklearn-latest``
+against the newest release the package index serves, each in a separate environment.
 
 What is here, and why
 ---------------------
-Imported from scikit-learn (private, kept on purpose):
+Our own, on public API only:
 
-* ``_fit_context`` and the parameter constraints (``Interval``, ``StrOptions``,
-  ``Options``, ``RealNotInt``, ``HasMethods``). They are scikit-learn's parameter
-  validation itself: the constraint objects in ``_parameter_constraints`` are what
-  scikit-learn's ``set_params``, ``clone``, ``GridSearchCV`` and the common estimator
-  checks read, and ``_fit_context`` is what applies ``skip_parameter_validation`` /
-  ``config_context`` the way scikit-learn's own estimators do. Replacing them would
-  mean our own constraint classes, our own validation decorator and our own error
-  messages, and keeping all of that in step with scikit-learn's behaviour by hand; the
-  names have been stable since 1.3.
-* ``_check_sample_weight``, ``_check_feature_names_in``, ``_get_feature_names``: the
-  same checks and messages as scikit-learn's estimators give (the common checks compare
-  them); ours would have to follow every change of theirs.
+* the parameter constraints (``Interval``, ``StrOptions``, ``Options``, ``RealNotInt``,
+  ``HasMethods``), their check and ``_fit_context``: :mod:`sknn_gpu._constraints`, in
+  scikit-learn's vocabulary (the same words in ``_parameter_constraints``, the same kind of
+  message, the same ``skip_parameter_validation`` setting honoured);
+* :func:`check_sample_weight`, :func:`get_feature_names`, :func:`check_feature_names_in`:
+  the checks scikit-learn's estimators make of ``sample_weight``, of a DataFrame's column
+  names and of ``get_feature_names_out``'s ``input_features``;
+* :func:`check_partial_fit_first_call` -- the ``classes`` handling of ``partial_fit``.
+
+Imported from scikit-learn while it has them, ours otherwise:
+
 * ``get_output_config``: an estimator's ``set_output`` choice is kept in a private
   attribute, so no public function reads it; scikit-learn's own reader is used, and when
   it is gone, our reader of the same attribute and of the public global
@@ -41,22 +40,19 @@ Imported from scikit-learn (private, kept on purpose):
   trains on without sknn_gpu installed). Our own training never uses them. When they
   are gone, :class:`SGDMomentum` and :class:`Adam` below (the same interface and the same
   arithmetic, in the same order) take their place.
-
-Our own (public API only):
-
-* :func:`check_partial_fit_first_call` -- the ``classes`` handling of ``partial_fit``.
 """
 
 from __future__ import annotations
 
+from numbers import Number
+
 import numpy as np
 import sklearn
-
-# scikit-learn's parameter validation: see the module docstring for why these stay imported.
-from sklearn.base import _fit_context
-from sklearn.utils._param_validation import HasMethods, Interval, Options, RealNotInt, StrOptions
+from sklearn.utils import check_array
 from sklearn.utils.multiclass import unique_labels
-from sklearn.utils.validation import _check_feature_names_in, _check_sample_weight, _get_feature_names
+
+from ._constraints import HasMethods, Interval, Options, RealNotInt, StrOptions
+from ._constraints import fit_context as _fit_context
 
 __all__ = [
     "_fit_context",
@@ -75,9 +71,112 @@ __all__ = [
     "Adam",
 ]
 
-check_sample_weight = _check_sample_weight
-check_feature_names_in = _check_feature_names_in
-get_feature_names = _get_feature_names
+
+# ----------------------------------------------------------------------------- sample_weight
+def check_sample_weight(
+    sample_weight, X, *, dtype=None, ensure_non_negative=False, allow_all_zero_weights=False
+):
+    """``sample_weight`` as a 1-D float array of one weight per row of ``X`` (an array, or
+    anything with ``shape``): ones for None, a scalar repeated, else the array checked
+    (one dimension, the right length, finite; non-negative and not all zero when asked).
+
+    ``dtype``: float64 or float32 (default: float32 for float32 ``X``, else float64).
+
+    Raises
+    ------
+    ValueError
+        Naming what is wrong with ``sample_weight``.
+    """
+    n = int(X.shape[0]) if hasattr(X, "shape") else len(X)
+    if dtype is None:
+        dtype = np.float32 if getattr(X, "dtype", None) == np.float32 else np.float64
+    if dtype not in (np.float32, np.float64):
+        dtype = np.float64
+    if sample_weight is None:
+        return np.ones(n, dtype=dtype)
+    if isinstance(sample_weight, Number):
+        w = np.full(n, sample_weight, dtype=dtype)
+    else:
+        w = check_array(
+            sample_weight,
+            accept_sparse=False,
+            ensure_2d=False,
+            dtype=dtype,
+            order="C",
+            input_name="sample_weight",
+        )
+        if w.ndim != 1:
+            raise ValueError(f"sample_weight must be 1-D, got an array of shape {w.shape}.")
+        if w.shape[0] != n:
+            raise ValueError(
+                f"sample_weight has {w.shape[0]} weights for {n} samples; give one weight per sample."
+            )
+    if not np.isfinite(w).all():
+        raise ValueError("sample_weight must be finite (it holds NaN or infinity).")
+    if ensure_non_negative and (w < 0).any():
+        raise ValueError("Negative values in data passed to sample_weight: weights must be >= 0.")
+    if not allow_all_zero_weights and n and not w.any():
+        raise ValueError("Sample weights must contain at least one non-zero number.")
+    return w
+
+
+# ----------------------------------------------------------------------------- feature names
+def get_feature_names(X):
+    """The column names of a DataFrame ``X`` as an object array of str, or None (no columns,
+    or none of them named by a string).
+
+    Raises
+    ------
+    TypeError
+        When some column names are strings and others are not.
+    """
+    columns = getattr(X, "columns", None)
+    if columns is None or isinstance(X, np.ndarray):
+        return None
+    names = np.asarray(list(columns), dtype=object)
+    if names.size == 0:
+        return None
+    kinds = sorted({type(name).__name__ for name in names})
+    strings = [isinstance(name, str) for name in names]
+    if all(strings):
+        return names
+    if any(strings):
+        raise TypeError(
+            f"Feature names are only supported if all input features have string names, but the "
+            f"input has {kinds} as column name types. Convert them all to strings (for example "
+            "X.columns = X.columns.astype(str)), or give names of no string at all to store none."
+        )
+    return None
+
+
+def check_feature_names_in(est, input_features=None, *, generate_names=True):
+    """``input_features`` of ``get_feature_names_out`` checked against the fitted ``est``.
+
+    Given: they must equal ``feature_names_in_`` when the estimator has it, and have
+    ``n_features_in_`` entries. None: ``feature_names_in_``, else ``x0, x1, ...`` when
+    ``generate_names`` (else None).
+
+    Raises
+    ------
+    ValueError
+        When the given names differ from the fitted ones or have the wrong length.
+    """
+    fitted = getattr(est, "feature_names_in_", None)
+    n = getattr(est, "n_features_in_", None)
+    if input_features is not None:
+        given = np.asarray(input_features, dtype=object)
+        if fitted is not None and not np.array_equal(fitted, given):
+            raise ValueError("input_features is not equal to feature_names_in_")
+        if n is not None and len(given) != n:
+            raise ValueError(
+                f"input_features should have length equal to number of features ({n}), got {len(given)}"
+            )
+        return given
+    if fitted is not None:
+        return fitted
+    if not generate_names or n is None:
+        return None
+    return np.asarray([f"x{i}" for i in range(n)], dtype=object)
 
 
 # ----------------------------------------------------------------------------- set_output

@@ -24,6 +24,7 @@ from ._backend import (
     to_device,
     to_host,
 )
+from ._constraints import validate_params
 from ._sklearn_compat import StrOptions
 from ._version import __version__
 
@@ -148,18 +149,18 @@ class _ValidParams:
 def check_params(est):
     """Validate ``est``'s parameters as they are now; cheap when they have not changed.
 
-    Runs scikit-learn's ``est._validate_params()`` (the ``_parameter_constraints``, as
-    ``_fit_context`` does for ``fit``; skipped under
+    Checks the ``_parameter_constraints`` (:func:`sknn_gpu._constraints.validate_params`,
+    as ``_fit_context`` does for ``fit``; skipped under
     ``sklearn.config_context(skip_parameter_validation=True)``), then the estimator's own
     ``_cross_check_params()`` when it defines one. The values that pass are remembered per
     estimator, so a call with unchanged parameters costs a few microseconds (one read of
-    each parameter and a comparison) instead of scikit-learn's ~100 us.
+    each parameter and a comparison) instead of a full check.
 
     Raises
     ------
-    sklearn.utils._param_validation.InvalidParameterError
-        (a ValueError) naming the parameter that breaks its constraint, or whatever
-        ValueError ``_cross_check_params`` raises.
+    sknn_gpu._constraints.InvalidParameterError
+        (a ValueError and a TypeError) naming the parameter that breaks its constraint, or
+        whatever ValueError ``_cross_check_params`` raises.
     """
     values = _param_reader(type(est))(est)
     seen = _VALID_PARAMS.get(est)
@@ -167,7 +168,7 @@ def check_params(est):
         return
     constrained = not sklearn.get_config()["skip_parameter_validation"]
     if constrained:
-        est._validate_params()
+        validate_params(est)
     cross = getattr(est, "_cross_check_params", None)
     if cross is not None:
         cross()
@@ -201,8 +202,8 @@ def validates_params(method):
     On ``fit`` it adds ``_cross_check_params`` (and, after the first call, the constraints
     that ``_fit_context`` skips for a fitted ``partial_fit``). The check is
     :func:`check_params`: one validation, remembered until a parameter changes, so it
-    costs microseconds per call. A bad value raises scikit-learn's
-    ``InvalidParameterError`` (a ValueError) naming the parameter, as ``fit`` does.
+    costs microseconds per call. A bad value raises ``InvalidParameterError`` (a
+    ValueError) naming the parameter, as ``fit`` does.
     """
 
     @functools.wraps(method)

@@ -86,6 +86,20 @@ _DTCNN_XFAIL.update(
     }
 )
 
+#: scikit-learn before 1.7: its check_positive_only_tag_during_fit subtracts a float mean from
+#: the integer messages its own tags made, in place, which NumPy refuses before GBNNMemory
+#: sees them (the check passes from 1.7 on).
+_OLD_SKLEARN_GBNN = (
+    {
+        "check_positive_only_tag_during_fit": (
+            "scikit-learn < 1.7's check subtracts a float mean in place from the integer X its "
+            "tags made (a casting error inside the check, before fit is called)"
+        )
+    }
+    if tuple(int(p) for p in __import__("sklearn").__version__.split(".")[:2]) < (1, 7)
+    else {}
+)
+
 EXPECTED_FAILED_CHECKS = {
     "DTCNNHalftoner": _DTCNN_XFAIL,
     "GBNNMemory": {
@@ -109,7 +123,8 @@ EXPECTED_FAILED_CHECKS = {
             "passes a 1-D class vector"
         )
         for name in ("check_fit_score_takes_y", "check_pipeline_consistency")
-    },
+    }
+    | _OLD_SKLEARN_GBNN,
     "FlyNNClassifier": dict.fromkeys(
         ("check_sample_weight_equivalence_on_dense_data", "check_sample_weight_equivalence_on_sparse_data"),
         (

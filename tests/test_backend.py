@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from sklearn.base import BaseEstimator, clone
-from sklearn.utils._param_validation import Interval
 
 import sknn_gpu
 from sknn_gpu import _backend
@@ -27,6 +26,7 @@ from sknn_gpu._backend import (
     to_device,
     to_host,
 )
+from sknn_gpu._constraints import Interval, validate_params
 from sknn_gpu.base import DeviceMixin, host_state, reject_time_dtypes, validates_params
 
 
@@ -205,7 +205,7 @@ class _Toy(DeviceMixin, BaseEstimator):
         self.device = device
 
     def fit(self, X):
-        self._validate_params()
+        validate_params(self)
         xp = get_xp(self._resolve_device())
         self.mean_ = xp.asarray(X).mean(axis=0)
         self.parts_ = [self.mean_, {"twice": 2 * self.mean_}]
@@ -344,7 +344,7 @@ class _ToyClassifier(DeviceMixin, sknn_gpu.base.DeviceClassifierMixin, BaseEstim
         self.output_type = output_type
 
     def fit(self, X, y):
-        self._validate_params()
+        validate_params(self)
         self._resolve_device()
         self.classes_ = np.array([0, 1])
         return self
@@ -578,8 +578,11 @@ def test_param_check_is_cached_until_a_parameter_changes(rng, monkeypatch):
     X = rng.standard_normal((6, 2))
     est = _Checked().fit(X)
     calls = []
-    real = BaseEstimator._validate_params
-    monkeypatch.setattr(_Checked, "_validate_params", lambda self: calls.append(1) or real(self))
+    from sknn_gpu import _constraints
+
+    real = _constraints.validate_parameter_constraints
+    counted = lambda *a: calls.append(1) or real(*a)  # noqa: E731
+    monkeypatch.setattr(_constraints, "validate_parameter_constraints", counted)
     est.transform(X)
     est.transform(X)
     assert calls == []  # fit validated these values: nothing to do again

@@ -10,9 +10,9 @@ import pytest
 import scipy.sparse as sp
 from sklearn.datasets import load_digits
 from sklearn.preprocessing import StandardScaler
-from sklearn.utils._param_validation import InvalidParameterError
 
 from sknn_gpu._backend import to_host
+from sknn_gpu._constraints import InvalidParameterError
 from sknn_gpu.fly import FlyHashTransformer, FlyNNClassifier, _flyhash_cpu, _flyhash_cuda
 
 

@@ -1217,8 +1217,8 @@ def test_sample_weight_rounding_and_errors(rng):
         (np.full(len(y), np.nan), "NaN"),
         (np.zeros(len(y)), "zero"),
         (np.full(len(y), 1e-9), "rounds to zero"),
-        (np.ones(len(y) + 1), "shape"),
-        (np.ones((len(y), 2)), "1D"),
+        (np.ones(len(y) + 1), "61 weights for 60 samples"),
+        (np.ones((len(y), 2)), "must be 1-D"),
         (np.full(len(y), 2.0**40), "rescale"),
     ]:
         with pytest.raises(ValueError, match=match):

@@ -16,7 +16,6 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.exceptions import ConvergenceWarning, NotFittedError
-from sklearn.utils._param_validation import generate_invalid_param_val, make_constraint
 
 from sknn_gpu import (
     DTCNNHalftoner,
@@ -27,6 +26,7 @@ from sknn_gpu import (
     SparseNetRegressor,
 )
 from sknn_gpu._backend import to_host
+from sknn_gpu._constraints import HasMethods, Interval, Options, make_constraint
 
 
 def _gbnn(device, rng):
@@ -83,6 +83,25 @@ CASES = {
 }
 
 
+def _invalid_value(constraint):
+    """A value just outside one constraint (an interval's bound passed, a string or number not
+    among the options, an object without the methods); NotImplementedError for a type or a
+    word, which any other type breaks."""
+    if isinstance(constraint, Interval):
+        if constraint.left is not None:
+            return constraint.left - 1 if constraint.type.__name__ == "Integral" else constraint.left - 0.5
+        if constraint.right is not None:
+            return constraint.right + 1 if constraint.type.__name__ == "Integral" else constraint.right + 0.5
+        raise NotImplementedError
+    if isinstance(constraint, Options):
+        if constraint.type is str:
+            return "not_" + "_".join(sorted(constraint.options))
+        return -123.25
+    if isinstance(constraint, HasMethods):
+        return object()
+    raise NotImplementedError
+
+
 def _invalid_values(cls):
     """(parameter, value) pairs that break one constraint and satisfy no other one."""
     out = []
@@ -91,7 +110,7 @@ def _invalid_values(cls):
             continue
         for constraint in constraints:
             try:
-                bad = generate_invalid_param_val(make_constraint(constraint))
+                bad = _invalid_value(make_constraint(constraint))
             except NotImplementedError:  # e.g. a type constraint: every other type is "valid" elsewhere
                 continue
             if any(make_constraint(c).is_satisfied_by(bad) for c in constraints):

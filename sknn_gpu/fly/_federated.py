@@ -23,6 +23,7 @@ import numpy as np
 from sklearn.utils.validation import check_is_fitted
 
 from .._backend import to_device, to_host
+from .._constraints import validate_params
 from .._dask import is_dask_collection
 from .._progress import Progress
 from . import _fly_dask, _flynn_batches
@@ -510,7 +511,7 @@ def fit_federated(
     ... # doctest: +SKIP
     """
     template = FlyNNClassifier(**params)
-    template._validate_params()
+    validate_params(template)
     full = template.get_params()
     if not isinstance(full["random_state"], (int, np.integer)):
         raise ValueError(
