@@ -42,7 +42,10 @@ from sklearn.model_selection import train_test_split
 
 from sknn_gpu.fly import FlyNNClassifier, merge_flynn
 
-PARAMS = dict(input_range=(0, 16), random_state=0, device="cpu")
+# parties share the projection (random_state), the range the encoding tiles and the winners
+# per code: an integer k, so that no party's choice depends on its own number of rows (and a
+# private release reveals nothing of it)
+PARAMS = dict(input_range=(0, 16), k=512, random_state=0, device="cpu")
 
 
 def party(X, y, epsilon=None):

@@ -70,7 +70,9 @@ def main():
 
         # private: each party releases 32 noisy counts per class; the range is public
         # (digits' pixels are 0..16), never the shards' own minima and maxima
-        private = fit_federated(client, shards, epsilon=16.0, n_released=32, input_range=(0, 16), **params)
+        private = fit_federated(
+            client, shards, epsilon=16.0, n_released=32, input_range=(0, 16), k=512, **params
+        )
         acc = private.score(X_test, y_test)
         print(f"private, epsilon={private.dp_epsilon_:g} for every sample: accuracy {acc:.3f}")
 

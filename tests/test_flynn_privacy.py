@@ -119,7 +119,9 @@ def test_privatize_bad_arguments(rng):
 
 def test_privacy_costs_accuracy_monotonically_on_average(digits):
     X_train, X_test, y_train, y_test = digits
-    clf = FlyNNClassifier(gamma=0.5, input_range=(0, 16), random_state=0, device="cpu").fit(X_train, y_train)
+    clf = FlyNNClassifier(gamma=0.5, k=512, input_range=(0, 16), random_state=0, device="cpu").fit(
+        X_train, y_train
+    )
     T = clf.n_components_ // 4
     acc = {
         eps: np.mean([clf.privatize(eps, T).score(X_test, y_test) for _ in range(3)]) for eps in (0.01, 1e4)
@@ -130,6 +132,22 @@ def test_privacy_costs_accuracy_monotonically_on_average(digits):
 # --------------------------------------------------------------------------- #
 # what the private copy carries                                                 #
 # --------------------------------------------------------------------------- #
+
+
+def test_privatize_refuses_winners_chosen_from_the_data(digits, rng):
+    """k='auto' on a narrow input picks k_ by the number of training rows: the release would
+    reveal which side of the line the data fell on, so privatize asks for an integer k."""
+    X_train, X_test, y_train, y_test = digits
+    params = dict(n_components=2048, input_range=(0, 16), random_state=0, device="cpu")
+    auto = FlyNNClassifier(**params).fit(X_train, y_train)
+    with pytest.raises(ValueError, match=r"k='auto': k_=512 was chosen by its number of training rows"):
+        auto.privatize(4.0, 8)
+    assert FlyNNClassifier(**params, k=512).fit(X_train, y_train).privatize(4.0, 8).k_ == 512
+    # a wide input's 'auto' (256 winners) depends on no data
+    Xw = rng.random((60, 210))  # 1,050 encoded inputs
+    yw = np.arange(60) % 2
+    wide = FlyNNClassifier(n_components=2048, input_range=(0, 1), random_state=0, device="cpu").fit(Xw, yw)
+    assert wide.k_ == 256 and wide.privatize(4.0, 8).k_ == 256
 
 
 def test_privatize_refuses_a_range_fitted_from_the_data(rng):
@@ -575,7 +593,9 @@ def test_fit_federated_with_epsilon_refuses_a_data_fitted_range_before_any_work(
 
     client = object()  # never used: the refusals come first
     with pytest.raises(ValueError, match=r"public input_range.*exact minima and maxima"):
-        fit_federated(client, [], epsilon=1.0, n_released=5, random_state=0)
+        fit_federated(client, [], epsilon=1.0, n_released=5, random_state=0, k=64)
+    with pytest.raises(ValueError, match=r"needs an integer k: k='auto' chooses the winners"):
+        fit_federated(client, [], epsilon=1.0, n_released=5, random_state=0, **PUBLIC, k="auto")
     with pytest.raises(ValueError, match="needs n_released"):
         fit_federated(client, [], epsilon=1.0, random_state=0, **PUBLIC)
     with pytest.raises(ValueError, match="only used with epsilon"):
@@ -589,7 +609,7 @@ def test_fit_federated_with_epsilon_privatizes_on_the_workers(digits, dask_clien
 
     X_train, X_test, y_train, y_test = digits
     # 8,192 cells: 64 released cells per class keep more of a smaller table
-    params = dict(n_components=8192, gamma=0.5, input_range=(0, 16), random_state=3, device="cpu")
+    params = dict(n_components=8192, k=512, gamma=0.5, input_range=(0, 16), random_state=3, device="cpu")
     parts = np.array_split(np.arange(len(y_train)), 3)
     shards = [(X_train[p], y_train[p]) for p in parts]
     private = fit_federated(dask_client, shards, epsilon=16.0, n_released=64, **params)

@@ -172,7 +172,8 @@ def privacy(args, epsilons, releases, n_seeds):
     X, y = load_digits(return_X_y=True)
     Xtr, Xte, ytr, yte = train_test_split(X, y, test_size=0.3, random_state=0, stratify=y)
     # a private release needs a public input range: digits' pixels are 0..16 by definition
-    clf = FlyNNClassifier(input_range=(0, 16), random_state=0, device="cpu").fit(Xtr, ytr)
+    # an integer k: k='auto' would pick it from the number of rows, which a release must not reveal
+    clf = FlyNNClassifier(input_range=(0, 16), k=512, random_state=0, device="cpu").fit(Xtr, ytr)
     base = clf.score(Xte, yte)
     acc = {
         (T, eps): float(np.mean([clf.privatize(eps, T).score(Xte, yte) for _ in range(n_seeds)]))

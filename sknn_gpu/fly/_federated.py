@@ -426,6 +426,13 @@ def _check_private_federation(full, epsilon, n_released):
     if n_released is None:
         raise ValueError("fit_federated: epsilon needs n_released, the counts each party releases per class.")
     check_budget(epsilon, n_released)
+    if isinstance(full["k"], str):
+        raise ValueError(
+            "fit_federated with epsilon needs an integer k: k='auto' chooses the winners per code "
+            "from the parties' numbers of rows, which every party would send to the coordinator "
+            "and the release would reveal, unprotected by any noise. Pass k=128 or k=512 (what "
+            "'auto' picks for large or small training sets; see the FlyNN guide)."
+        )
     if full["encoding"] is not None and isinstance(full["input_range"], str):
         raise ValueError(
             f"fit_federated with epsilon needs a public input_range (encoding={full['encoding']!r}): "
@@ -464,7 +471,8 @@ def fit_federated(
         travel, and the merged model is ``epsilon``-DP for every sample (each is in
         one party's release; merging is post-processing). Needs a public
         ``input_range=(low, high)`` under an encoding (``'fit'`` is refused: the
-        parties' exact minima and maxima would travel) and ``n_released``. This
+        parties' exact minima and maxima would travel), an integer ``k`` (``'auto'``
+        would choose it from the parties' numbers of rows) and ``n_released``. This
         protects the parties' data from whoever receives the merged model, not from
         the operator of the Dask cluster, who can run any code on every worker (see
         the user guide's trust model).

@@ -148,6 +148,12 @@ def auto_winners(width, n_train):
     return AUTO_WINNERS_FEW_ROWS
 
 
+def data_dependent_winners(est):
+    """Whether the fitted ``est``'s ``k_`` was chosen from its number of training rows:
+    ``k='auto'`` on an input of at most :data:`AUTO_WIDE_INPUTS` encoded values."""
+    return isinstance(getattr(est, "k", None), str) and int(est.hasher_.n_features_in_) <= AUTO_WIDE_INPUTS
+
+
 class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     """Fly Bloom filter classifier (FlyNN) on FlyHash codes, on the CPU or a GPU.
 
@@ -1118,7 +1124,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         data (class frequencies, say) are outside the analysis. This
         holds only when the encoding of a sample does not depend on the other
         samples: a model whose ``input_range`` was fitted from the data (``'fit'``,
-        the default, with an ``encoding``) is refused. Public by assumption, and
+        the default, with an ``encoding``) is refused, and so is one whose ``k_`` was
+        chosen from its number of rows (``k='auto'`` on an input of at most 1,024
+        encoded values: fit with an integer ``k``). Public by assumption, and
         released as they are: the class labels ``classes_``, ``n_features_in_`` and
         ``feature_names_in_``, the parameters and the projection they draw
         (``hasher_``), and the ``input_range`` given at fit. Nothing else of the
