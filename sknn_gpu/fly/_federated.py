@@ -503,7 +503,7 @@ def fit_federated(
         Without an integer ``random_state``, for an empty shard (``shard i is
         empty``), or when a party's fit fails (its message is prefixed with
         ``fit_federated: shard i:``; a TypeError likewise); with ``epsilon``,
-        without ``n_released``, for a budget out of range or for
+        without ``n_released``, for a budget out of range, for ``k='auto'`` or for
         ``input_range='fit'`` under an encoding.
     TypeError
         When parties label their classes with different types.

@@ -148,10 +148,23 @@ def auto_winners(width, n_train):
     return AUTO_WINNERS_FEW_ROWS
 
 
-def data_dependent_winners(est):
-    """Whether the fitted ``est``'s ``k_`` was chosen from its number of training rows:
-    ``k='auto'`` on an input of at most :data:`AUTO_WIDE_INPUTS` encoded values."""
-    return isinstance(getattr(est, "k", None), str) and int(est.hasher_.n_features_in_) <= AUTO_WIDE_INPUTS
+def check_public_winners(est):
+    """Refuse to privatize a model whose winners per code were chosen from the training data.
+
+    ``k='auto'`` keeps 128 or 512 winners on an input of at most :data:`AUTO_WIDE_INPUTS`
+    encoded values by whether the training set holds at least 32 rows per encoded value:
+    ``k_``, released with the model, then tells which side of that line the data's size fell
+    on, and one sample added at the line changes the hash of every row. A wider input's
+    ``'auto'`` (256) and an integer or fractional ``k`` depend on nothing but the parameters.
+    """
+    if isinstance(getattr(est, "k", None), str) and int(est.hasher_.n_features_in_) <= AUTO_WIDE_INPUTS:
+        raise ValueError(
+            f"privatize needs winners per code chosen without the data, but this model has "
+            f"k={est.k!r}: k_={est.k_} was chosen by its number of training rows (at least 32 per "
+            "encoded input, or fewer), which the release would reveal, and one sample at that line "
+            "changes every row's hash. Refit with an integer k (128 or 512, as 'auto' would pick "
+            "for large or small training sets; see the FlyNN guide)."
+        )
 
 
 class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
@@ -1161,8 +1174,9 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         Raises
         ------
         ValueError
-            For an ``epsilon`` or ``n_released`` out of range, a range fitted from the
-            data (see above), or counts that are already a private release.
+            For an ``epsilon`` or ``n_released`` out of range, a range or a ``k_``
+            chosen from the data (see above), or counts that are already a private
+            release.
         TypeError
             For a non-number ``epsilon``, or any ``random_state``.
         """
@@ -1173,6 +1187,7 @@ class FlyNNClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                 "from the operating system's entropy; call privatize(epsilon, n_released)."
             )
         check_is_fitted(self)
+        check_public_winners(self)
         return private_copy(self, epsilon, n_released)
 
     # ------------------------------------------------------------------ #

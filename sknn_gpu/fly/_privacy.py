@@ -9,8 +9,6 @@
 * :func:`private_counts`: the released count table.
 * :func:`check_public_range`: refuses a model whose encoding range was fitted from the
   data (that range is not private, and it breaks the counts' sensitivity).
-* :func:`check_public_winners`: refuses a model whose ``k_`` was chosen from its number of
-  training rows (``k='auto'`` on a narrow input).
 * :func:`private_copy`: the private estimator that
   :meth:`FlyNNClassifier.privatize <sknn_gpu.fly.FlyNNClassifier.privatize>` returns,
   built from the public parts of the model and the released counts only, with its
@@ -44,7 +42,6 @@ __all__ = [
     "check_budget",
     "private_counts",
     "check_public_range",
-    "check_public_winners",
     "check_not_private",
     "accounting",
     "merged_accounting",
@@ -247,27 +244,6 @@ def check_public_range(est):
         )
 
 
-def check_public_winners(est):
-    """Refuse to privatize a model whose winners per code were chosen from the training data.
-
-    ``k='auto'`` keeps 128 or 512 winners on an input of at most 1,024 encoded values by
-    whether the training set holds at least 32 rows per encoded value: ``k_``, released
-    with the model, then tells which side of that line the data's size fell on, and one
-    sample added at the line changes the hash of every row. A wider input's ``'auto'`` (256)
-    and an integer or fractional ``k`` depend on nothing but the parameters.
-    """
-    from ._flynn import data_dependent_winners
-
-    if data_dependent_winners(est):
-        raise ValueError(
-            f"privatize needs winners per code chosen without the data, but this model has "
-            f"k={est.k!r}: k_={est.k_} was chosen by its number of training rows (at least 32 per "
-            "encoded input, or fewer), which the release would reveal, and one sample at that line "
-            "changes every row's hash. Refit with an integer k (128 or 512, as 'auto' would pick "
-            "for large or small training sets; see the FlyNN guide)."
-        )
-
-
 def check_not_private(est):
     """Refuse to privatize a release again: ``counts_`` that are already noisy (a private
     copy, a merge of private parties, or private counts loaded from a file). Float counts
@@ -363,12 +339,12 @@ def private_copy(est, epsilon, n_released):
     the released counts (with the filters they give), plus ``dp_released_``,
     ``dp_epsilon_``, ``dp_scale_`` and ``dp_accounting_``.
 
-    The budget is checked first, then that the range and the winners per code are public
-    and the model not already private; the model itself is not changed.
+    The budget is checked first, then that the range is public and the model not
+    already private; the model itself is not changed. (``privatize`` checks first that the
+    winners per code were not chosen from the data.)
     """
     check_budget(epsilon, n_released, est.n_components_)
     check_public_range(est)
-    check_public_winners(est)
     check_not_private(est)
     seeded = _test_rng() is not None
     private, released, scale = private_counts(est.counts_, epsilon, n_released, est.n_components_)
