@@ -69,6 +69,9 @@ def stages(clf, Qv, sizes):
         print(f"    rows per block chosen: {_flyhash_cuda._fused_config(E.shape[1], b)[0]}")
         for rows in ("32", "16", "8", "4", "2"):
             os.environ["SKNN_GPU_FLYHASH_ROWS"] = rows
+            if _flyhash_cuda._fused_config(E.shape[1], b)[0] != int(rows):
+                print(f"  fused kernel, ROWS={rows}: its rows do not fit in shared memory")
+                continue
             show(
                 f"fused kernel + flag count, ROWS={rows}",
                 time_gpu(lambda: _flyhash_cuda._fused_block(fh, E, out, idx, "exact")),

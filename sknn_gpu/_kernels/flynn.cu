@@ -93,7 +93,8 @@ extern "C" __global__ void flynn_argmin(const double* __restrict__ novelty,
 // tree that keeps the smaller sum and, on equal sums, the lower class index
 // (flynn_argmin's rule), so labels are identical to the two-kernel path. G lanes per
 // sample give small batches G times the threads of one thread per sample (540 rows,
-// k=512: 48 against 355 us on an H200).
+// k=512: 48 against 355 us on an H200, benchmarks/results/2026-11-28-h200/
+// profile_flynn_predict_narrow_ab.txt).
 #if defined(N_CLASSES) && defined(N_GROUP)
 extern "C" __global__ void flynn_predict(const int* __restrict__ winners,
                                          const double* __restrict__ filtersT,

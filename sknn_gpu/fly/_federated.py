@@ -611,21 +611,39 @@ def _shard_histogram(pair, index, params, low, high):
 def _agreed_histogram(client, shards, params, ranges):
     """``input_range='quantile'``: the summed histograms of every shard's X over the agreed
     range (n_features x bins counts travel per party; the pooled data's, exactly)."""
-    from distributed import Future
-
     low, high = ranges
     if _dask_pair(shards):
         template = FlyNNClassifier(**params)
         template.n_features_in_ = int(shards[0].shape[1])
         template.input_low_, template.input_high_ = low, high
         return _fly_dask.column_histogram(template, shards[0].rechunk({1: -1}))
-    parts = []
+    return sum(_per_shard(client, shards, _shard_histogram, params, low, high))
+
+
+def _per_shard(client, shards, fn, *args):
+    """``[fn(shard, i, *args), ...]`` over the shards: on the worker that holds a Future's
+    data (only the result travels), on the client for a local ``(X, y)`` pair.
+
+    Raises
+    ------
+    TypeError
+        For a shard that is neither.
+    ValueError
+        For no shard at all.
+    """
+    from distributed import Future
+
+    out = []
     for i, s in enumerate(shards):
-        if isinstance(s, Future):
-            parts.append(client.submit(_shard_histogram, s, i, params, low, high, pure=False))
+        if isinstance(s, Future):  # computed where the shard lives; gathered below
+            out.append(client.submit(fn, s, i, *args, pure=False))
+        elif isinstance(s, (tuple, list)) and len(s) == 2:
+            out.append(fn(s, i, *args))
         else:
-            parts.append(_shard_histogram(s, i, params, low, high))
-    return sum(p.result() if isinstance(p, Future) else p for p in parts)
+            raise TypeError(f"shards[{i}] must be a Future or an (X, y) pair, got {type(s).__name__}.")
+    if not out:
+        raise ValueError("fit_federated needs at least one shard.")
+    return [r.result() if isinstance(r, Future) else r for r in out]
 
 
 def _shard_shape(pair, index):
@@ -642,22 +660,10 @@ def _shard_shape(pair, index):
 def _agreed_rows(client, shards):
     """``(rows, features)`` of the pooled shards, for ``k='auto'``: the parties resolve it as
     one fit on the pooled data would (two numbers travel per party)."""
-    from distributed import Future
-
     if _dask_pair(shards):
         _check_row_blocks(shards[0])
         return int(shards[0].shape[0]), int(shards[0].shape[1])
-    shapes = []
-    for i, s in enumerate(shards):
-        if isinstance(s, Future):  # counted where the shard lives
-            shapes.append(client.submit(_shard_shape, s, i, pure=False))
-        elif isinstance(s, (tuple, list)) and len(s) == 2:
-            shapes.append(_shard_shape(s, i))
-        else:
-            raise TypeError(f"shards[{i}] must be a Future or an (X, y) pair, got {type(s).__name__}.")
-    if not shapes:
-        raise ValueError("fit_federated needs at least one shard.")
-    shapes = [r.result() if isinstance(r, Future) else r for r in shapes]
+    shapes = _per_shard(client, shards, _shard_shape)
     _check_widths([d for _, d in shapes], [f"shard {i}" for i in range(len(shapes))])
     return sum(n for n, _ in shapes), shapes[0][1]
 
@@ -665,25 +671,13 @@ def _agreed_rows(client, shards):
 def _agreed_range(client, shards, params):
     """The per-feature (min, max) over every shard's X: ``input_range='fit'`` of the pooled
     data, which the parties then share (2 x n_features numbers travel per party)."""
-    from distributed import Future
-
     if _dask_pair(shards):
         X = shards[0]
         _check_row_blocks(X)
         template = FlyNNClassifier(**params)
         template.n_features_in_ = int(X.shape[1])
         return _fly_dask.column_range(template, X.rechunk({1: -1}))
-    ranges = []
-    for i, s in enumerate(shards):
-        if isinstance(s, Future):  # computed where the shard lives; gathered below
-            ranges.append(client.submit(_shard_range, s, i, params, pure=False))
-        elif isinstance(s, (tuple, list)) and len(s) == 2:
-            ranges.append(_shard_range(s, i, params))
-        else:
-            raise TypeError(f"shards[{i}] must be a Future or an (X, y) pair, got {type(s).__name__}.")
-    if not ranges:
-        raise ValueError("fit_federated needs at least one shard.")
-    ranges = [r.result() if isinstance(r, Future) else r for r in ranges]
+    ranges = _per_shard(client, shards, _shard_range, params)
     _check_widths([len(low) for low, _ in ranges], [f"shard {i}" for i in range(len(ranges))])
     return wider_range(*ranges)
 

@@ -648,11 +648,11 @@ def _defines(fh):
 #: Relative time per row of one fused-kernel group by rows per block (32 = 1):
 #: fewer rows per block put several units in a warp (bank conflicts, more index
 #: loads) and pay the per-group work (sample pass, selection) for fewer rows.
-#: 16 and 8: on an H200, 10,000 rows at FlyNN's wide shape (3,920 inputs, 16,384 units)
-#: and its narrow one (80 inputs, 65,536 units), 1.19 and 1.12 for 16 rows, 1.18 and 1.29
-#: for 8 (``python benchmarks/tools/profile_flynn_predict.py --narrow``); 4, 2 and 1: on
-#: an H100 at the wide shape, one round of 132 groups each.
-ROWS_COST = {32: 1.0, 16: 1.15, 8: 1.23, 4: 2.68, 2: 4.15, 1: 7.0}
+#: 16 and 8: on an H200, 10,000 rows at FlyNN's narrow shape (80 inputs, 65,536 units;
+#: ``python benchmarks/tools/profile_flynn_predict.py --narrow``; its wide shape, 3,920
+#: inputs, fits at most 8 rows per block in shared memory); 4, 2 and 1: on an H100 at the
+#: wide shape, one round of 132 groups each.
+ROWS_COST = {32: 1.0, 16: 1.13, 8: 1.29, 4: 2.68, 2: 4.15, 1: 7.0}
 
 
 def _fused_config(n_features, n_rows):  # pragma: no cover - needs a GPU
