@@ -16,6 +16,7 @@ import functools
 import importlib
 import math
 import os
+import threading
 import time
 from collections.abc import Iterator
 from types import MappingProxyType
@@ -47,6 +48,7 @@ __all__ = [
     "to_device",
     "to_host",
     "host_mapped",
+    "host_flag",
     "all_finite",
     "all_in_unit_interval",
     "abs_max",
@@ -310,6 +312,27 @@ def host_mapped(shape: tuple[int, ...], dtype: Any) -> tuple[np.ndarray, Any]:
     host = np.ndarray(shape, dtype=dtype, buffer=mem)
     raw = cp.cuda.UnownedMemory(mem.ptr, max(nbytes, 1), mem, cp.cuda.runtime.getDevice())
     return host, cp.ndarray(shape, dtype=dtype, memptr=cp.cuda.MemoryPointer(raw, 0))
+
+
+_host_flags = threading.local()  # per thread: {device ordinal: host_mapped((1,), int32)}
+
+
+def host_flag() -> tuple[np.ndarray, Any]:
+    """A zeroed int32 flag in host-mapped pinned memory: ``(host view, device view)``.
+
+    One per thread and device, reused: a kernel sets it through the device view and the
+    host reads the host view once the stream is synchronized (no allocation, no copy
+    call). Each call re-zeroes it, so the caller must be done with its last use.
+    """
+    flags = getattr(_host_flags, "by_device", None)
+    if flags is None:
+        flags = _host_flags.by_device = {}
+    dev = current_device_id()
+    flag = flags.get(dev)
+    if flag is None:
+        flag = flags[dev] = host_mapped((1,), np.int32)
+    flag[0][0] = 0
+    return flag
 
 
 @functools.cache

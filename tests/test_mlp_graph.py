@@ -236,6 +236,71 @@ def test_fused_prediction_in_float32_within_the_documented_tolerance(data):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("kernel", ["float64", "float32", "float32 tensor cores"])
+@pytest.mark.parametrize(
+    "hidden", [(1,), (31,), (64,), (100,), (128,), (129,), (256,), (257,), (20, 100), (16, 8, 64), (50, 33)]
+)
+def test_fused_tail_prediction_matches_the_product_path_and_numpy(data, hidden, kernel, monkeypatch):
+    """The last hidden layer and the output in one float32 kernel (tail_fused up to TAIL_MAX
+    hidden units; on tensor cores, tail_tc, up to TC_TAIL_MAX; the input X itself or the
+    previous layer's products with their bias and activation applied on reading) against
+    the cuBLAS products with out_fused, and both against the NumPy forward pass: row counts
+    around a block's rows, input widths not a multiple of a chunk, every width class and
+    every number of rows a block takes. float64 keeps the product path (checked too)."""
+    import cupy
+
+    from sknn_gpu._backend import device_limits
+    from sknn_gpu.neural_network import _mlp_cuda
+    from sknn_gpu.neural_network._base import forward
+
+    dtype = np.float64 if kernel == "float64" else np.float32
+    tc = kernel.endswith("tensor cores")
+    if tc and device_limits().compute_capability < (8, 0):
+        pytest.skip("tensor-core kernel needs compute capability 8.0")
+    monkeypatch.setattr(_mlp_cuda, "USE_TENSOR_CORES", tc)
+    X, y = data
+    # the tail's input width: 71 or 72 features (read value by value, or in 16-byte vectors
+    # by tail_tc), or the previous hidden layer's 20, 8 (vectors) or 50 units
+    X = np.hstack([X, X[:, : 7 + (hidden[0] % 2 == 0)]]).astype(dtype)
+    activation = "tanh" if len(hidden) == 2 else "relu"
+    params = dict(hidden_layer_sizes=hidden, activation=activation, max_iter=2, random_state=0)
+    clf = _fit("cuda", params, X, y)
+    launched = []
+    real = _mlp_cuda._tail_kernel
+
+    def counted(*args):  # (device, dtype, tensor cores, ...)
+        launched.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(_mlp_cuda, "_tail_kernel", counted)
+    rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-12, 1e-15)
+    for n in (1, 31, 65, 430):
+        Xd = cupy.asarray(X[:n])
+        expected = forward(X[:n].copy(), clf.coefs_, clf.intercepts_, activation, "softmax")
+        monkeypatch.setattr(_mlp_cuda, "USE_TAIL", True)
+        fused = clf.predict_proba(Xd).get()
+        monkeypatch.setattr(_mlp_cuda, "USE_TAIL", False)
+        products = clf.predict_proba(Xd).get()
+        assert fused.dtype == dtype
+        np.testing.assert_allclose(fused, expected, rtol=rtol, atol=atol)
+        np.testing.assert_allclose(products, expected, rtol=rtol, atol=atol)
+    widest = _mlp_cuda.TC_TAIL_MAX if tc else _mlp_cuda.TAIL_MAX
+    fused = dtype == np.float32 and hidden[-1] <= widest  # float64 keeps cuBLAS's products
+    assert len(launched) == (4 if fused else 0)
+    assert all(args[2] == tc for args in launched)
+    if fused:  # every number of rows a block takes (430 rows get the fewest)
+        monkeypatch.setattr(_mlp_cuda, "USE_TAIL", True)
+        coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
+        expected = forward(X.copy(), clf.coefs_, clf.intercepts_, activation, "softmax")
+        if tc:
+            top = _mlp_cuda._TC_MAX_MT[next(nt for nt in _mlp_cuda._TC_MAX_MT if hidden[-1] <= 64 * nt)]
+        else:
+            top = _mlp_cuda._TAIL_MAX_TM[next(w for w in _mlp_cuda._TAIL_MAX_TM if hidden[-1] <= w)]
+        for tm in range(2, top + 1):
+            got = _mlp_cuda.forward_cuda(cupy.asarray(X), coefs, inters, activation, "softmax", tail_tm=tm)
+            np.testing.assert_allclose(got.get(), expected, rtol=rtol, atol=atol, err_msg=f"tm={tm}")
+
+
 def test_nan_in_cupy_input_is_refused_after_the_forward_pass(data):
     """The NaN check of dense CuPy input runs after the forward pass is queued; it still refuses."""
     import cupy

@@ -111,20 +111,24 @@ def _fitted(hidden, **params):
 
 
 def predict_profile(hidden):
-    """predict_proba of 10,000 rows in parts: wall clock of the whole call and of its host
-    side alone (until the forward pass is queued), GPU time of each launch (CUDA events,
-    cupyx.profiler.benchmark), and PyTorch's launches on the same weights when installed."""
+    """predict_proba of 10,000 rows in parts: wall clock of the whole call and of the
+    forward pass, GPU time of each way to run the forward pass (CUDA events,
+    cupyx.profiler.benchmark) and of its launches, host time of the call's pieces, the
+    host-side profile of the call, and PyTorch's inference on the same weights when
+    installed (its whole pass and its first product alone)."""
     import cupy as cp
     from cupyx.profiler import benchmark
 
-    from sknn_gpu.neural_network._mlp_cuda import ACT_CODES, OUT_CODES, _out_fused
+    from sknn_gpu._backend import host_flag
+    from sknn_gpu.neural_network import _mlp_cuda
+    from sknn_gpu.neural_network._mlp_cuda import ACT_CODES, OUT_CODES, _tail_fused
     from sknn_gpu.neural_network._mlp_graph import cublas_library, gemm, on_current_stream
 
     clf, Xt, _ = _fitted(hidden)
     X = Xt[:10_000]
     coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
     out_t = clf._out_t(coefs)
-    flag = cp.zeros((), dtype=np.int32)
+    flag_host, flag = host_flag()
 
     def us(f, n=100):
         return time_call(f, repeat=n, warmup=5, device="cuda") * 1e6
@@ -136,73 +140,59 @@ def predict_profile(hidden):
     print(f"  predict_proba, wall clock with synchronisation     {us(lambda: clf.predict_proba(X)):8.1f} us")
     check = lambda: check_X(clf, X, False, finite=False)  # noqa: E731
     print(f"  input check as predict makes it (check_X)          {us(check):8.1f} us")
-    fwd = lambda: forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_t, flag)  # noqa: E731
-    print(f"  forward pass as predict runs it, with sync         {us(fwd):8.1f} us")
-    print(f"  the same, GPU time                                 {gpu_us(fwd):8.1f} us")
-    print(f"  flag read back (int(flag.get()))                   {us(lambda: int(flag.get())):8.1f} us")
-    cp.cuda.Device().synchronize()
-    host = []
-    for _ in range(100):
-        t0 = time.perf_counter()
-        fwd()
-        host.append(time.perf_counter() - t0)
-        cp.cuda.Device().synchronize()
-    print(f"  forward pass, host time to queue it                {np.median(host) * 1e6:8.1f} us")
+    last = len(coefs) - 1
+    n_hid = coefs[last].shape[0]
+    ways = {"automatic (what predict runs)": dict(USE_TAIL=True, USE_TENSOR_CORES=True)}
+    if last >= 1 and n_hid <= _mlp_cuda.TC_TAIL_MAX:
+        for tm in (3, 5, 8):
+            ways[f"tail_tc, {tm} row tiles a block"] = dict(USE_TAIL=True, USE_TENSOR_CORES=True, tm=tm)
+    if last >= 1 and n_hid <= _mlp_cuda.TAIL_MAX:
+        ways["tail_fused (automatic rows)"] = dict(USE_TAIL=True, USE_TENSOR_CORES=False)
+    ways["cuBLAS products + out_fused"] = dict(USE_TAIL=False, USE_TENSOR_CORES=False)
+    ref = None
+    for name, way in ways.items():
+        tm = way.pop("tm", None)
+        keep = {key: getattr(_mlp_cuda, key) for key in way}
+
+        def fwd(tm=tm):
+            pack = clf._tail_pack(coefs)
+            return forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_t, flag, pack, tm)
+
+        try:
+            for key, value in way.items():
+                setattr(_mlp_cuda, key, value)
+            act_code, out_code = ACT_CODES[clf.activation], OUT_CODES[clf.out_activation_]
+            in_act = -1 if last < 2 else act_code
+            plan = _tail_fused(np.float32, in_act, act_code, out_code, n_hid, 10, X.shape[0], tm)
+            P = fwd()
+            ref = P if ref is None else ref
+            err = float(cp.abs(P - ref).max())
+            wall, gpu = us(fwd), gpu_us(fwd)
+            print(f"  forward, {name:34s} wall {wall:8.1f} us, GPU {gpu:8.1f} us, max |P - first| {err:.1e}")
+            if way["USE_TAIL"] and plan is not None:
+                k, bm, threads, smem, _ = plan
+                at = k.attributes
+                print(
+                    f"    {bm} rows x {threads} threads a block: {at['num_regs']} registers, "
+                    f"{at['local_size_bytes']} B local memory, {smem} B shared"
+                )
+        finally:
+            for key, value in keep.items():
+                setattr(_mlp_cuda, key, value)
+    print(f"  flag read back (stream synchronize)                {us(lambda: flag_host[0]):8.1f} us")
     lib = cublas_library()
     h = on_current_stream(lib)
-    A, parts = X, {}
-    last = len(coefs) - 1
+    Z0 = cp.empty((X.shape[0], coefs[0].shape[1]), np.float32)
+    t = gpu_us(lambda: gemm(lib, h, X, coefs[0], Z0))
+    print(f"  GPU: first layer's cuBLAS GEMM {X.shape} @ {coefs[0].shape}   {t:8.1f} us")
     ct, act = "float", ACT_CODES[clf.activation]
-    for i, W in enumerate(coefs):
-        Z = cp.empty((A.shape[0], W.shape[1]), dtype=np.float32)
-        parts[f"layer {i}: GEMM {A.shape} @ {W.shape}"] = lambda A=A, W=W, Z=Z: gemm(lib, h, A, W, Z)
-        gemm(lib, h, A, W, Z)
-        if i < last - 1 or (i == last - 1 and out_t is None):
-            k = get_function("mlp", f"bias_act_rows<{ct},{act}>")
-            cols = Z.shape[1]
-            threads = min(256, -(-cols // 32) * 32)
-            gx = -(-cols // threads)
-            gy = int(max(1, min(Z.shape[0], 65535, -(-4096 // gx))))
-            parts[f"layer {i}: bias_act_rows"] = lambda k=k, Z=Z, i=i, g=(gx, gy), t=threads: k(
-                g, (t,), (Z, inters[i], np.int64(Z.shape[0]), np.int32(Z.shape[1]), flag)
-            )
-        if i == last - 1 and out_t is not None:
-            P = cp.empty((Z.shape[0], out_t.shape[0]), dtype=np.float32)
-            out = OUT_CODES[clf.out_activation_]
-            for rows in (1, 2, 4):  # the rows a warp takes; the estimator uses OUT_FUSED_ROWS
-                k, _ = _out_fused(out_t.shape[0], np.dtype(np.float32), act, out, rows)
-                at = k.attributes
-                name = f"layer {i}+{i + 1}: out_fused, {rows} rows a warp ({at['num_regs']} registers)"
-                parts[name] = lambda k=k, Z=Z, P=P, i=i, rows=rows: k(
-                    (-(-Z.shape[0] // (8 * rows)),),
-                    (256,),
-                    (
-                        Z,
-                        inters[i],
-                        out_t,
-                        inters[i + 1],
-                        P,
-                        np.int64(Z.shape[0]),
-                        np.int32(Z.shape[1]),
-                        np.int32(out_t.shape[0]),
-                        flag,
-                    ),
-                )
-            break
-        A = Z
-    for name, fn in parts.items():
-        print(f"  GPU: {name:52s}{gpu_us(fn):8.1f} us")
-    # host time of the pieces the forward pass queues (each followed by a synchronisation)
     host_parts = {
-        "cp.empty of the first layer's products": lambda: cp.empty(
-            (X.shape[0], coefs[0].shape[1]), np.float32
-        ),
+        "cp.empty of the output": lambda: cp.empty((X.shape[0], 10), np.float32),
         "on_current_stream (cublasSetStream, pointer mode)": lambda: on_current_stream(lib),
-        "gemm of the first layer (host side)": lambda: gemm(lib, h, X, coefs[0], Zfirst),
+        "gemm of the first layer (host side)": lambda: gemm(lib, h, X, coefs[0], Z0),
         "get_function lookup": lambda: get_function("mlp", f"bias_act_rows<{ct},{act}>"),
-        "cp.zeros((), int32)": lambda: cp.zeros((), dtype=np.int32),
+        "host_flag()": host_flag,
     }
-    Zfirst = cp.empty((X.shape[0], coefs[0].shape[1]), np.float32)
     units = [clf.n_features_in_] + [c.shape[1] for c in clf.coefs_]
     host_parts.update(
         {
@@ -215,6 +205,9 @@ def predict_profile(hidden):
                 clf._device_copy("intercepts_"),
                 clf._out_t(coefs),
             ),
+            "forward pass (host time to queue it)": lambda: forward_cuda(
+                X, coefs, inters, clf.activation, clf.out_activation_, out_t, flag, clf._tail_pack(coefs)
+            ),
         }
     )
     for name, fn in host_parts.items():
@@ -226,6 +219,14 @@ def predict_profile(hidden):
             ts.append(time.perf_counter() - t0)
         cp.cuda.Device().synchronize()
         print(f"  host: {name:51s}{np.median(ts) * 1e6:8.1f} us")
+    host_profile(lambda: [clf.predict_proba(X) for _ in range(200)], "cumulative", 40)
+    import ctypes  # the same GEMM with a 32 MiB cuBLAS workspace (CuPy's handle sets none)
+
+    ws = cp.empty(32 << 20, dtype=np.uint8)
+    lib.cublasSetWorkspace_v2.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    if lib.cublasSetWorkspace_v2(h, ws.data.ptr, ws.nbytes) == 0:
+        t = gpu_us(lambda: gemm(lib, h, X, coefs[0], Z0))
+        print(f"  GPU: the first GEMM with a 32 MiB cuBLAS workspace           {t:8.1f} us")
     try:
         import torch
     except ImportError:
@@ -238,17 +239,22 @@ def predict_profile(hidden):
         with torch.no_grad():
             return torch.softmax(_torch_logits(torch, q, Wt, bt), dim=1)
 
+    def first():
+        with torch.no_grad():
+            return torch.addmm(bt[0], q, Wt[0])
+
     wall = time_call(infer, repeat=100, warmup=5, device="torch") * 1e6
     print(f"  PyTorch no_grad inference, wall clock with sync    {wall:8.1f} us")
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(100):
-        start.record()
-        infer()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    print(f"  PyTorch no_grad inference, GPU time (events)       {np.median(times):8.1f} us")
+    for name, fn in (("inference", infer), ("first addmm alone", first)):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(100):
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1e3)
+        print(f"  PyTorch no_grad {name}, GPU time (events)  {np.median(times):8.1f} us")
 
 
 def ab_draws(hidden, solver, rounds=15):

@@ -21,11 +21,14 @@
 // Minibatch helpers (the GEMMs are cuBLAS through CuPy): bias_act, out_delta
 // (out_delta_w with sample weights), act_deriv, params_update.
 //
-// Prediction (forward_cuda): bias_act_rows after each hidden layer's product, then
-// out_fused (the last hidden layer's bias and activation, the output layer's product, its
-// bias and activation, for at most 32 outputs) or, for wider outputs, a product and
-// bias_out. The kernel that reads the first layer's products also flags a value that is
-// not finite, which stands in for a separate pass over the input.
+// Prediction (forward_cuda): bias_act_rows after each hidden layer's product. In float32,
+// a last hidden layer of at most 128 units and at most 32 outputs: tail_tc (tensor cores,
+// sm_80 and newer) or tail_fused computes that layer's product, bias and activation and the
+// output layer in one launch. Otherwise out_fused (the last hidden layer's bias and
+// activation, the output layer's product, its bias and activation, for at most 32 outputs)
+// or, for wider outputs, a product and bias_out. The kernel that reads X or the first
+// layer's products also flags a value that is not finite, which stands in for a separate
+// pass over the input.
 //
 // Graph-replayed minibatch steps (_mlp_graph.py): a step captured once as a CUDA graph
 // learns which minibatch it is from the device counter *step: gather_batch copies that
@@ -685,4 +688,447 @@ __global__ void params_update_step(T* __restrict__ W, const T* __restrict__ G, T
 extern "C" __global__ void step_advance(long long* __restrict__ step)
 {
     step[0] += 1;
+}
+
+// ---------------------------------------------------------------- fused tails' output
+// The output layer of a block's BM rows from their last hidden activations Hs (BM, LDH) in
+// shared memory: the logits L = Hs W2 + b2 (W2s (H, O) in shared memory; four running sums
+// a logit) into Ls (BM, O), the output activation (OUT) there, then rows [row0, row0 + BM)
+// of P (rows, O), consecutive threads on consecutive outputs. All NTHR threads of the block
+// call it after a barrier that follows the writes of Hs and W2s.
+template <typename T, int OUT, int NTHR>
+__device__ __forceinline__ void tail_output(const T* Hs, const int LDH, const T* W2s, const T* __restrict__ b2,
+                                            T* Ls, T* __restrict__ P, const long long row0, const long long rows,
+                                            const int BM, const int H, const int O)
+{
+    const int tid = threadIdx.x;
+    for (int e = tid; e < BM * O; e += NTHR) {
+        const int r = e / O, o = e - r * O;
+        const T* h = Hs + r * LDH;
+        T z[4] = {(T)0, (T)0, (T)0, (T)0};
+        int c = 0;
+        for (; c + 4 <= H; c += 4) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) z[q] += h[c + q] * W2s[(c + q) * O + o];
+        }
+        for (; c < H; ++c) z[0] += h[c] * W2s[c * O + o];
+        Ls[e] = b2[o] + ((z[0] + z[1]) + (z[2] + z[3]));
+    }
+    __syncthreads();
+    if (OUT == 0) {
+        if (tid < BM) {
+            T* l = Ls + tid * O;
+            T mx = l[0];
+            for (int o = 1; o < O; ++o) mx = l[o] > mx ? l[o] : mx;
+            T tot = (T)0;
+            for (int o = 0; o < O; ++o) { l[o] = exp(l[o] - mx); tot += l[o]; }
+            for (int o = 0; o < O; ++o) l[o] = l[o] / tot;
+        }
+    } else {
+        for (int e = tid; e < BM * O; e += NTHR) Ls[e] = (T)1 / ((T)1 + exp(-Ls[e]));
+    }
+    __syncthreads();
+    const long long valid = rows - row0 < BM ? rows - row0 : BM;
+    for (int e = tid; e < valid * O; e += NTHR) P[row0 * O + e] = Ls[e];
+}
+
+// ---------------------------------------------------------------- tail_fused
+// Prediction's last hidden layer and output layer in one launch, for a last hidden layer of
+// H <= HP units (HP = 32, 64 or 128) and O <= 32 outputs: no cuBLAS call, no product
+// in memory. Block b takes rows [BM b, BM b + BM), BM = 16 TM, of A (rows, K): X itself, or
+// (IN_ACT >= 0) the previous hidden layer's products before its bias bin and activation
+// IN_ACT, which are applied as A is read. 512 threads in two groups of 256 that split the
+// K chunks (of BK columns) between them, even and odd; a group is 16 x 16 threads, thread
+// (ty, tx) owning rows ty*TM .. ty*TM+TM-1 and the columns j*16*VN + tx*VN + q (interleaved
+// so that the vector loads of a row of W by a warp's threads are contiguous). Each group keeps
+// its A chunk transposed (k, row) and its W chunk (W (K, H) row-major) in two shared
+// buffers: the next chunk is read into registers while this one is multiplied, and
+// checked / transformed only when stored. The second group's sums are then added to the
+// first's through shared memory, H = act(Z + b) is stored there, and the logits
+// L = H W2 + b2 (W2 (H, O) row-major, copied to shared memory) go through the output
+// activation to P (rows, O), consecutive threads on consecutive outputs. The host picks TM
+// so that the blocks fill the SMs once where it can (one block of 512 threads an SM).
+// With flag not null, a value of A that is not finite (before bin) sets *flag.
+// Dynamic shared memory, in values of T: the largest of 4 BK LDA + 4 BK HP (the product),
+// 256 TM TN (the second group's sums) and BM (HP + 1) + H O + BM O (the output).
+template <typename T, int N> struct VecLoad;
+template <> struct VecLoad<float, 1> { static __device__ __forceinline__ void f(float* r, const float* p) { r[0] = p[0]; } };
+template <> struct VecLoad<float, 2> {
+    static __device__ __forceinline__ void f(float* r, const float* p)
+    { const float2 v = *reinterpret_cast<const float2*>(p); r[0] = v.x; r[1] = v.y; }
+};
+template <> struct VecLoad<float, 4> {
+    static __device__ __forceinline__ void f(float* r, const float* p)
+    { const float4 v = *reinterpret_cast<const float4*>(p); r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w; }
+};
+template <> struct VecLoad<double, 1> { static __device__ __forceinline__ void f(double* r, const double* p) { r[0] = p[0]; } };
+template <> struct VecLoad<double, 2> {
+    static __device__ __forceinline__ void f(double* r, const double* p)
+    { const double2 v = *reinterpret_cast<const double2*>(p); r[0] = v.x; r[1] = v.y; }
+};
+
+#define TAIL_BK 16  // the A chunk's mapping to threads (t / BK + 16 i) assumes 16
+template <typename T, int IN_ACT, int ACT, int OUT, int HP, int TM>
+__global__ void __launch_bounds__(512, 1) tail_fused(const T* __restrict__ A, const T* __restrict__ bin,
+                                                     const T* __restrict__ W, const T* __restrict__ b,
+                                                     const T* __restrict__ W2, const T* __restrict__ b2,
+                                                     T* __restrict__ P, const long long rows, const int K,
+                                                     const int H, const int O, int* __restrict__ flag)
+{
+    constexpr int BK = TAIL_BK, BM = 16 * TM, TN = HP / 16;
+    constexpr int VB = 16 / (int)sizeof(T);  // values in 16 bytes
+    constexpr int VM = TM % VB == 0 ? VB : (TM % 2 == 0 ? 2 : 1), VN = TN < VB ? TN : VB;
+    constexpr int LDA = (BM + VB - 1) / VB * VB + VB;  // a row of a transposed A chunk (16-byte aligned)
+    constexpr int W_PER = BK * HP / 256;  // values of W each thread moves (of A: TM)
+    extern __shared__ __align__(16) unsigned char tail_raw[];
+    T* sh = reinterpret_cast<T*>(tail_raw);
+    // a warp is 8 x 4 threads (rows x columns) and a group 2 x 4 warps, so that a warp's
+    // loads of its A values and of its W values each read at most 128 contiguous bytes
+    const int g = threadIdx.x >> 8, tid = threadIdx.x & 255, lane = tid & 31, wid = tid >> 5;
+    const int ty = (wid >> 2) * 8 + (lane >> 2), tx = (wid & 3) * 4 + (lane & 3);
+    T* As = sh + g * 2 * BK * LDA;                  // group g: [2][BK][LDA]
+    T* Ws = sh + 4 * BK * LDA + g * 2 * BK * HP;    // group g: [2][BK][HP]
+    const long long row0 = (long long)blockIdx.x * BM;
+    bool bad = false;
+
+    // a chunk's values into registers (thread t of a group: rows t / BK + 16 i, column
+    // t % BK of A, coalesced along the rows), nothing else: whatever uses them waits for
+    // store, after this chunk's products
+    T ra[TM], rw[W_PER], rb = (T)0;
+    auto load = [&](int k0) {
+        const int k = k0 + tid % BK;
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            const long long gr = row0 + tid / BK + 16 * i;
+            ra[i] = (gr < rows && k < K) ? A[gr * K + k] : (T)0;
+        }
+        if (IN_ACT >= 0) rb = k < K ? bin[k] : (T)0;
+#pragma unroll
+        for (int i = 0; i < W_PER; ++i) {
+            const int e = tid + 256 * i, kw = k0 + e / HP, c = e % HP;
+            rw[i] = (kw < K && c < H) ? W[(long long)kw * H + c] : (T)0;
+        }
+    };
+    auto store = [&](int buf, int k0) {
+        T* as = As + buf * BK * LDA;
+        T* ws = Ws + buf * BK * HP;
+        const bool kin = k0 + tid % BK < K;
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+            T v = ra[i];
+            if (flag != nullptr) bad |= !isfinite(v);
+            if (IN_ACT >= 0 && kin && row0 + tid / BK + 16 * i < rows) v = act_fn<T>(v + rb, IN_ACT);
+            as[(tid % BK) * LDA + tid / BK + 16 * i] = v;
+        }
+#pragma unroll
+        for (int i = 0; i < W_PER; ++i) ws[tid + 256 * i] = rw[i];
+    };
+
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = (T)0;
+    }
+    const int steps = ((K + BK - 1) / BK + 1) / 2;  // chunks a group takes (the last may be empty)
+    load(g * BK);
+    store(0, g * BK);
+    __syncthreads();
+    for (int s = 0; s < steps; ++s) {
+        const int buf = s & 1, knext = (2 * (s + 1) + g) * BK;
+        if (s + 1 < steps) load(knext);
+        const T* as = As + buf * BK * LDA + ty * TM;
+        const T* ws = Ws + buf * BK * HP + tx * VN;
+#pragma unroll
+        for (int kk = 0; kk < BK; ++kk) {
+            T a[TM], w[TN];
+#pragma unroll
+            for (int i = 0; i < TM; i += VM) VecLoad<T, VM>::f(a + i, as + kk * LDA + i);
+#pragma unroll
+            for (int j = 0; j < TN; j += VN) VecLoad<T, VN>::f(w + j, ws + kk * HP + j * 16);
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+#pragma unroll
+                for (int j = 0; j < TN; ++j) acc[i][j] += a[i] * w[j];
+            }
+        }
+        if (s + 1 < steps) store(buf ^ 1, knext);
+        __syncthreads();
+    }
+    if (flag != nullptr && __any_sync(0xffffffffu, bad) && (tid & 31) == 0) *flag = 1;
+
+    // the second group's sums to the first (each thread's own positions: no bank conflicts)
+    T* R = sh;  // [TM * TN][256]
+    if (g == 1) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+#pragma unroll
+            for (int j = 0; j < TN; ++j) R[(i * TN + j) * 256 + tid] = acc[i][j];
+        }
+    }
+    __syncthreads();
+    if (g == 0) {
+#pragma unroll
+        for (int i = 0; i < TM; ++i) {
+#pragma unroll
+            for (int j = 0; j < TN; ++j) acc[i][j] += R[(i * TN + j) * 256 + tid];
+        }
+    }
+    __syncthreads();
+
+    constexpr int LDH = HP + 1;
+    T* Hs = sh;                 // [BM][LDH]
+    T* W2s = Hs + BM * LDH;     // [H][O]
+    T* Ls = W2s + H * O;        // [BM][O]: logits, then the outputs
+    if (g == 0) {
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int c = (j / VN) * 16 * VN + tx * VN + (j % VN);
+            const T bc = c < H ? b[c] : (T)0;
+#pragma unroll
+            for (int i = 0; i < TM; ++i) Hs[(ty * TM + i) * LDH + c] = c < H ? act_fn<T>(acc[i][j] + bc, ACT) : (T)0;
+        }
+    } else {
+        for (int e = tid; e < H * O; e += 256) W2s[e] = W2[e];
+    }
+    __syncthreads();
+    tail_output<T, OUT, 512>(Hs, LDH, W2s, b2, Ls, P, row0, rows, BM, H, O);
+}
+
+// ---------------------------------------------------------------- tail_tc
+// tail_fused's work in float32 on tensor cores (sm_80 and newer), to float32 accuracy: each
+// product a w is taken as the three TF32 products a_s w_b + a_b w_s + a_b w_b, where
+// x_b = tf32(x) (rounded to nearest, ties away) and x_s = tf32(x - x_b), summed in float32
+// by mma.sync m16n8k8 (the "3xTF32" split: the dropped a_s w_s is below float32's rounding).
+// 256 threads, 8 warps side by side over the block's BN = 64 NT columns (warp w: columns
+// 8 NT w .. 8 NT w + 8 NT - 1, NT tiles of 8) and all of its BM = 16 MT rows (MT tiles of
+// 16). The K loop runs in chunks of BK = 32: the next chunk is read into registers while
+// this one is multiplied (A (rows, K) in 16-byte vectors when VEC: K a multiple of 4 and A
+// 16-byte aligned; else value by value), then checked (flag), given the input's bias and
+// activation (IN_ACT >= 0), split and stored in shared memory as two TF32 halves. W comes
+// split already: Wp (2, BN, Kp) words, the halves of the layer's coefficients (K, H) by
+// columns, zero padded to BN columns of Kp values (a multiple of BK; pack_tail_weights),
+// copied as is. Both are kept by rows of LDA = BK + 4 words (A's rows, W's columns), so
+// that ldmatrix reads the mma fragments (four 8 x 4 tiles a lane group) without bank
+// conflicts. The epilogue is tail_fused's: H = act(Z + b) in shared memory, the logits,
+// the output activation. Dynamic shared memory, in 4-byte words: the larger of
+// 2 (BM + BN) LDA and BM (BN + 1) + H O + BM O.
+__device__ __forceinline__ unsigned tf32_round(const float x)
+{
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+__device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsigned* b)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// four (two) 8 x 4 tiles of 32-bit values from shared memory, lane l giving the address of
+// row l % 8 of tile l / 8; lane l gets element (l / 4, l % 4) of each tile: the A and B
+// fragments of mma m16n8k8 TF32 (A by rows, B by columns)
+__device__ __forceinline__ void ldsm_x4(unsigned* d, const unsigned* p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a)
+                 : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x2(unsigned* d, const unsigned* p)
+{
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(d[0]), "=r"(d[1]) : "r"(a) : "memory");
+}
+
+template <int IN_ACT, int ACT, int OUT, int NT, int MT, bool VEC>
+__global__ void __launch_bounds__(256, 1) tail_tc(const float* __restrict__ A, const float* __restrict__ bin,
+                                                  const uint4* __restrict__ Wp, const float* __restrict__ b,
+                                                  const float* __restrict__ W2, const float* __restrict__ b2,
+                                                  float* __restrict__ P, const long long rows, const int K,
+                                                  const int H, const int O, int* __restrict__ flag)
+{
+#if __CUDA_ARCH__ >= 800
+    constexpr int BK = 32, BM = 16 * MT, BN = 64 * NT, LDA = BK + 4;
+    constexpr int AV = (BM * BK / 4 + 255) / 256;  // A's 4-value groups a thread moves (VEC)
+    constexpr int AS = BM * BK / 256;               // A's values a thread moves (not VEC)
+    constexpr int WQ = BN * BK / 4;                 // 16-byte pieces of one half of a W chunk
+    constexpr int WV = 2 * WQ / 256;                // of both halves, a thread
+    extern __shared__ __align__(16) unsigned char tc_raw[];
+    unsigned* Ab = reinterpret_cast<unsigned*>(tc_raw);  // [BM][LDA] TF32 halves of A
+    unsigned* As = Ab + BM * LDA;
+    unsigned* Wb = As + BM * LDA;  // [BN][LDA] TF32 halves of W by columns (Ws = Wb + BN LDA)
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
+    const long long row0 = (long long)blockIdx.x * BM;
+    const long long kp4 = (K + BK - 1) / BK * (BK / 4);  // Kp / 4: a column of Wp in 16-byte pieces
+    float chk = 0.0f;  // becomes NaN once a value read is not finite (x * 0 is NaN then)
+
+    // VEC: group e = tid + 256 i of a chunk is row e / 8, columns 4 (e % 8) .. + 3 (the same
+    // columns, 4 (tid % 8), for every i); else value e is row e / BK, column e % BK = lane
+    float4 ra4[VEC ? AV : 1], rb4 = make_float4(0.f, 0.f, 0.f, 0.f);
+    float ra[VEC ? 1 : AS], rb = 0.0f;
+    uint4 rw[WV];
+    const int kc = VEC ? 4 * (tid & 7) : lane;  // this thread's (first) column in a chunk
+    auto load = [&](int k0) {
+        const bool kin = k0 + kc < K;
+        if (VEC) {
+#pragma unroll
+            for (int i = 0; i < AV; ++i) {
+                const int r = (tid + 256 * i) >> 3;
+                const bool ok = kin && r < BM && row0 + r < rows;
+                ra4[i] = ok ? *reinterpret_cast<const float4*>(A + (row0 + r) * K + k0 + kc)
+                            : make_float4(0.f, 0.f, 0.f, 0.f);
+            }
+            if (IN_ACT >= 0 && kin) rb4 = *reinterpret_cast<const float4*>(bin + k0 + kc);
+        } else {
+#pragma unroll
+            for (int i = 0; i < AS; ++i) {
+                const long long gr = row0 + (tid >> 5) + 8 * i;
+                ra[i] = (gr < rows && kin) ? A[gr * K + k0 + kc] : 0.0f;
+            }
+            if (IN_ACT >= 0 && kin) rb = bin[k0 + kc];
+        }
+        // piece e: half e / WQ, column q / 8, columns' values 4 (q % 8) .. + 3 (q = e % WQ)
+#pragma unroll
+        for (int i = 0; i < WV; ++i) {
+            const int e = tid + 256 * i, h = e / WQ, q = e - h * WQ;
+            rw[i] = Wp[((long long)h * BN + (q >> 3)) * kp4 + (k0 >> 2) + (q & 7)];
+        }
+    };
+    // one value of A: checked, its bias and activation applied (inside the matrix only),
+    // split into the two TF32 halves
+    auto prep = [&](float v, const float bias, const bool inside, unsigned& hi, unsigned& lo) {
+        if (flag != nullptr) chk = fmaf(v, 0.0f, chk);
+        if (IN_ACT >= 0 && inside) v = act_fn<float>(v + bias, IN_ACT);
+        hi = tf32_round(v);
+        lo = tf32_round(v - __uint_as_float(hi));
+    };
+    auto store = [&](int k0) {
+        const bool kin = k0 + kc < K;
+        if (VEC) {
+#pragma unroll
+            for (int i = 0; i < AV; ++i) {
+                const int r = (tid + 256 * i) >> 3;
+                if (r < BM) {
+                    const bool inside = kin && row0 + r < rows;
+                    uint4 hi, lo;
+                    prep(ra4[i].x, rb4.x, inside, hi.x, lo.x);
+                    prep(ra4[i].y, rb4.y, inside, hi.y, lo.y);
+                    prep(ra4[i].z, rb4.z, inside, hi.z, lo.z);
+                    prep(ra4[i].w, rb4.w, inside, hi.w, lo.w);
+                    *reinterpret_cast<uint4*>(Ab + r * LDA + kc) = hi;
+                    *reinterpret_cast<uint4*>(As + r * LDA + kc) = lo;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < AS; ++i) {
+                const int r = (tid >> 5) + 8 * i;
+                unsigned hi, lo;
+                prep(ra[i], rb, kin && row0 + r < rows, hi, lo);
+                Ab[r * LDA + kc] = hi;
+                As[r * LDA + kc] = lo;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < WV; ++i) {
+            const int e = tid + 256 * i, h = e / WQ, q = e - h * WQ;
+            *reinterpret_cast<uint4*>(Wb + (h * BN + (q >> 3)) * LDA + 4 * (q & 7)) = rw[i];
+        }
+    };
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[m][n][q] = 0.0f;
+        }
+    }
+    const unsigned* Ws = Wb + BN * LDA;
+    const int chunks = (K + BK - 1) / BK;
+    // ldmatrix row addresses: A tile m (16 rows): rows 16 m + (lane % 8) + 8 ((lane / 8) % 2),
+    // columns ks + 4 (lane / 16); B tiles 2 p, 2 p + 1 of this warp: columns (of W) 8 NT warp
+    // + 16 p + (lane % 8) + 8 (lane / 16), rows of W ks + 4 ((lane / 8) % 2)
+    const int a_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * LDA + 4 * (lane >> 4);
+    const int b_off = (warp * 8 * NT + (lane & 7) + 8 * (lane >> 4)) * LDA + 4 * ((lane >> 3) & 1);
+    load(0);
+    store(0);
+    __syncthreads();
+    for (int t = 0; t < chunks; ++t) {
+        if (t + 1 < chunks) load((t + 1) * BK);
+#pragma unroll
+        for (int ks = 0; ks < BK; ks += 8) {
+            unsigned bb[NT][2], bs[NT][2], ab[MT][4], as[MT][4];
+#pragma unroll
+            for (int p = 0; p < NT; p += 2) {
+                if (NT == 1) {
+                    ldsm_x2(bb[0], Wb + b_off + ks);
+                    ldsm_x2(bs[0], Ws + b_off + ks);
+                } else {
+                    unsigned r[4];
+                    ldsm_x4(r, Wb + b_off + 8 * p * LDA + ks);
+                    bb[p][0] = r[0]; bb[p][1] = r[1]; bb[p + 1][0] = r[2]; bb[p + 1][1] = r[3];
+                    ldsm_x4(r, Ws + b_off + 8 * p * LDA + ks);
+                    bs[p][0] = r[0]; bs[p][1] = r[1]; bs[p + 1][0] = r[2]; bs[p + 1][1] = r[3];
+                }
+            }
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                ldsm_x4(ab[m], Ab + 16 * m * LDA + a_off + ks);
+                ldsm_x4(as[m], As + 16 * m * LDA + a_off + ks);
+            }
+            // the three products of every tile in turn: no tile waits on its previous product
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mma_tf32(acc[m][n], as[m], bb[n]);
+            }
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mma_tf32(acc[m][n], ab[m], bs[n]);
+            }
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+#pragma unroll
+                for (int n = 0; n < NT; ++n) mma_tf32(acc[m][n], ab[m], bb[n]);
+            }
+        }
+        __syncthreads();
+        if (t + 1 < chunks) {
+            store((t + 1) * BK);
+            __syncthreads();
+        }
+    }
+    if (flag != nullptr && __any_sync(0xffffffffu, chk != chk) && lane == 0) *flag = 1;
+
+    constexpr int LDH = BN + 1;
+    float* Hs = reinterpret_cast<float*>(tc_raw);  // [BM][LDH]
+    float* W2s = Hs + BM * LDH;                    // [H][O]
+    float* Ls = W2s + H * O;                       // [BM][O]
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+        const int c0 = warp * 8 * NT + 8 * n + 2 * tq;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int c = c0 + (q & 1);
+            const float bc = c < H ? b[c] : 0.0f;
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                const int r = 16 * m + gq + 8 * (q >> 1);
+                Hs[r * LDH + c] = c < H ? act_fn<float>(acc[m][n][q] + bc, ACT) : 0.0f;
+            }
+        }
+    }
+    for (int e = tid; e < H * O; e += 256) W2s[e] = W2[e];
+    __syncthreads();
+    tail_output<float, OUT, 256>(Hs, LDH, W2s, b2, Ls, P, row0, rows, BM, H, O);
+#endif
 }

@@ -63,7 +63,9 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from .._backend import (
     all_finite,
     array_module,
+    host_flag,
     is_device_array,
+    synchronize,
     to_device,
     to_host,
 )
@@ -83,7 +85,7 @@ from . import _interop
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
 from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
 from ._mlp_cpu import CPUTrainer
-from ._mlp_cuda import OUT_FUSED_MAX, CUDATrainer, forward_cuda
+from ._mlp_cuda import OUT_FUSED_MAX, CUDATrainer, forward_cuda, pack_tail_weights, tail_tc_tiles
 from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
@@ -903,15 +905,35 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             X = X.astype(dtype)
         if self.device_ != "cuda":
             return forward(X, coefs, inters, self.activation, self.out_activation_)
-        flag = None
-        if dense_cupy and len(coefs) > 1:  # the first layer's products stand in for a pass over X
-            flag = self._xp.zeros((), dtype=np.int32)
-        P = forward_cuda(X, coefs, inters, self.activation, self.out_activation_, self._out_t(coefs), flag)
+        flag = flag_host = None
+        if dense_cupy and len(coefs) > 1:  # the values the first kernel reads stand in for a pass over X
+            flag_host, flag = host_flag()
+        P = forward_cuda(
+            X,
+            coefs,
+            inters,
+            self.activation,
+            self.out_activation_,
+            self._out_t(coefs),
+            flag,
+            self._tail_pack(coefs),
+        )
         # the NaN check of CuPy input after the forward pass is queued: one wait for both.
         # A flagged product is NaN or infinite X, or finite X that overflowed: X decides
-        if dense_cupy and (flag is None or int(flag.get())) and not all_finite(X):
-            raise ValueError("Input X contains NaN or infinity.")
+        if dense_cupy:
+            if flag is not None:
+                synchronize("cuda")
+            if (flag is None or flag_host[0]) and not all_finite(X):
+                raise ValueError("Input X contains NaN or infinity.")
         return P
+
+    def _tail_pack(self, coefs):
+        """The last hidden layer's coefficients as the tensor-core output kernel reads them
+        (two TF32 halves, padded), cached with the device copy; None when it does not run."""
+        nt = tail_tc_tiles(coefs)
+        if nt is None:
+            return None
+        return self._derived(("tail_pack", "cuda"), coefs, lambda c: pack_tail_weights(c[-2], nt))
 
     def _out_t(self, coefs):
         """The output layer's coefficients transposed on the device (what the fused output

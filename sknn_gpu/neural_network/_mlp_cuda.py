@@ -21,6 +21,8 @@ Same update rules and parameter layout as the CPU trainer (``_mlp_cpu``), the re
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .._backend import device_limits, get_cupy
@@ -72,29 +74,178 @@ def _out_fused(n_out, dtype, act, out, rows=OUT_FUSED_ROWS):
     return get_function("mlp", f"out_fused<{ct},{act},{out},{maxo},{rows}>"), rows
 
 
-def forward_cuda(X, coefs, inters, activation, out_activation, out_t=None, flag=None):
+#: the last hidden layer widths ``tail_fused`` is compiled for (its ``HP``) and the most
+#: rows a thread may own at each (its ``TM``: the thread holds ``TM x HP / 16`` sums in
+#: registers, at most 128 of them a thread in blocks of 512)
+_TAIL_MAX_TM = {32: 8, 64: 8, 128: 8}
+#: the same for ``tail_tc`` (float32 on tensor cores): its column tiles a warp (``NT``, the
+#: block is 64 ``NT`` columns wide) by width, and the most row tiles of 16 (``MT``)
+_TC_MAX_MT = {1: 8, 2: 8}
+#: widest last hidden layer that each fused tail takes (``tail_fused``, ``tail_tc``): wider
+#: ones take a cuBLAS product and ``out_fused`` (on an H200, 10,000 rows: at 256 units the
+#: tensor-core tail took 208 us of GPU time against 191 us for that path, at 100 units
+#: 87 us against 125 us; benchmarks/tools/profile_mlp.py --predict). float32 only:
+#: float64 keeps cuBLAS's products (its FP64 tensor cores; the fused tails are not
+#: measured there)
+TAIL_MAX = TC_TAIL_MAX = 128
+#: whether prediction may use the fused tail, and float32 its tensor-core kernel (tests
+#: and the profile tool switch them off to compare the paths)
+USE_TAIL = True
+USE_TENSOR_CORES = True
+
+
+def _use_tc(dtype, n_hid):
+    """Whether the fused tail of a float ``dtype`` network whose last hidden layer has
+    ``n_hid`` units runs on tensor cores (``tail_tc``), on the current device."""
+    return (
+        USE_TENSOR_CORES
+        and np.dtype(dtype) == np.float32
+        and n_hid <= TC_TAIL_MAX
+        and device_limits().compute_capability >= (8, 0)
+    )
+
+
+def tail_tc_tiles(coefs):
+    """``tail_tc``'s column tiles a warp (``NT``) for a network with coefficients ``coefs``
+    (device arrays) when its prediction runs ``tail_tc``, else None: what the caller
+    passes to :func:`pack_tail_weights` (and caches with the coefficients)."""
+    if not USE_TAIL or len(coefs) < 2 or coefs[-1].shape[1] > OUT_FUSED_MAX:
+        return None
+    n_hid = coefs[-1].shape[0]
+    if not _use_tc(coefs[-1].dtype, n_hid):
+        return None
+    return next(nt for nt in _TC_MAX_MT if n_hid <= 64 * nt)
+
+
+def pack_tail_weights(W, nt):
+    """The last hidden layer's coefficients ``W`` (K, H), float32 on the device, as
+    ``tail_tc`` reads them: ``(2, 64 nt, Kp)`` uint32, the TF32 halves of each value
+    (``w_b = tf32(w)`` rounded to nearest with ties away from zero, as ``cvt.rna`` rounds;
+    ``w_s = tf32(w - w_b)``) by columns, zero padded to 64 ``nt`` columns of Kp (a
+    multiple of 32) values."""
+    cp = get_cupy()
+    k, h = W.shape
+    Wc = cp.ascontiguousarray(W, dtype=np.float32)
+    hi = (Wc.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    lo = ((Wc - hi.view(np.float32)).view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    out = cp.zeros((2, 64 * nt, -(-k // 32) * 32), dtype=np.uint32)
+    out[0, :h, :k] = hi.T
+    out[1, :h, :k] = lo.T
+    return out
+
+
+def _tail_fused(dtype, in_act, act, out, n_hid, n_out, n_rows, tm=None, vec=True):
+    """The kernel that computes the last hidden layer (``n_hid`` units) and the output
+    layer (``n_out`` units) of ``n_rows`` rows: ``(kernel, rows a block, threads a block,
+    dynamic shared memory in bytes, whether it is tail_tc)``, or None for float64, for a
+    layer wider than the kernel takes (:data:`TAIL_MAX`, :data:`TC_TAIL_MAX`) or where the
+    device cannot give a block that much shared memory.
+
+    On a GPU of compute capability 8.0 or newer: ``tail_tc`` (tensor cores, three TF32
+    products a product; ``vec``: its input read in 16-byte vectors); otherwise
+    ``tail_fused`` (FP32 FMAs; the kernel is also written for float64, unused). The rows
+    a block takes (16 ``tm``) are the fewest with which the blocks fill the SMs in one
+    wave (one block an SM), else the most its registers allow: 10,000 rows on 132 SMs
+    take 125 blocks of 80 rows.
+    """
+    limits = device_limits()
+    tc = _use_tc(dtype, n_hid)
+    if np.dtype(dtype) != np.float32 or n_hid > (TC_TAIL_MAX if tc else TAIL_MAX):
+        return None
+    if tc:
+        width = next(nt for nt in _TC_MAX_MT if n_hid <= 64 * nt)
+        top = _TC_MAX_MT[width]
+    else:
+        width = next(w for w in _TAIL_MAX_TM if n_hid <= w)
+        top = _TAIL_MAX_TM[width]
+    if tm is None:
+        tm = next((t for t in range(1, top) if -(-n_rows // (16 * t)) <= limits.sm_count), top)
+    key = (
+        limits.device_id,
+        np.dtype(dtype).char,
+        tc,
+        in_act,
+        act,
+        out,
+        width,
+        tm,
+        bool(vec) and tc,
+        n_hid,
+        n_out,
+    )
+    return _tail_kernel(*key)
+
+
+@functools.lru_cache(maxsize=256)
+def _tail_kernel(device_id, dtype_char, tc, in_act, act, out, width, tm, vec, n_hid, n_out):
+    """:func:`_tail_fused` once its template arguments are chosen (memoized: prediction's
+    host time is part of its latency)."""
+    bm, size = 16 * tm, np.dtype(dtype_char).itemsize
+    if tc:
+        bn = 64 * width
+        items = max(2 * (bm + bn) * (32 + 4), bm * (bn + 1) + n_hid * n_out + bm * n_out)
+        name, threads = f"tail_tc<{in_act},{act},{out},{width},{tm},{'true' if vec else 'false'}>", 256
+    else:
+        vb = 16 // size
+        lda = -(-bm // vb) * vb + vb
+        items = max(
+            4 * 16 * (lda + width), tm * (width // 16) * 256, bm * (width + 1) + n_hid * n_out + bm * n_out
+        )
+        ct = "float" if size == 4 else "double"
+        name, threads = f"tail_fused<{ct},{in_act},{act},{out},{width},{tm}>", 512
+    smem = items * size
+    if smem > device_limits(device_id).smem_per_block_optin:
+        return None
+    k = get_function("mlp", name)
+    if smem > 48 * 1024 and k.max_dynamic_shared_size_bytes < smem:
+        k.max_dynamic_shared_size_bytes = smem  # opt in
+    return k, bm, threads, smem, tc
+
+
+def forward_cuda(
+    X, coefs, inters, activation, out_activation, out_t=None, flag=None, tail_pack=None, tail_tm=None
+):
     """The output layer's activations of dense CuPy ``X``.
 
     Each hidden layer: one cuBLAS product, then ``bias_act_rows`` (bias and activation in
-    place). The output layer: with ``out_t`` (its coefficients transposed, C-contiguous
-    ``(n_out, n_last_hidden)``, ``n_out`` at most :data:`OUT_FUSED_MAX`) one ``out_fused``
+    place). The last hidden layer and the output layer, for at most :data:`OUT_FUSED_MAX`
+    outputs in float32: one launch of a fused tail (:func:`_tail_fused`: ``tail_tc`` on
+    tensor cores up to :data:`TC_TAIL_MAX` hidden units, else ``tail_fused`` up to
+    :data:`TAIL_MAX`), which applies the previous layer's bias and activation as it reads
+    its products and keeps no product in memory. Otherwise, with ``out_t`` (the output
+    coefficients transposed, C-contiguous ``(n_out, n_last_hidden)``) one ``out_fused``
     launch reads the last hidden layer's products once, its bias and activation applied
     on the way, and writes the output activations; otherwise a product and ``bias_out``.
 
-    ``flag`` (a device int32 scalar, or None) is set to 1 when one of the first layer's
-    products is not finite, which every row of ``X`` holding NaN or infinity causes (and
-    finite rows that overflow). Only networks with a hidden layer set it: the caller checks
-    ``X`` itself otherwise.
+    ``flag`` (a device-visible int32 of one value, or None) is set to 1 when a value the
+    first kernel reads (``X`` itself in a fused tail after no hidden product, else the
+    first layer's products) is not finite, which every row of ``X`` holding NaN or
+    infinity causes (and finite rows that overflow). Only networks with a hidden layer
+    set it: the caller checks ``X`` itself otherwise. ``tail_pack``: the last hidden
+    layer's coefficients as ``tail_tc`` reads them (:func:`pack_tail_weights`; made here
+    when not given). ``tail_tm`` overrides the rows a fused tail's block takes, in 16s
+    (the profile tool compares them).
     """
     cp = get_cupy()
     dtype = X.dtype
     ct = "float" if dtype == np.float32 else "double"
     act = ACT_CODES[activation]
+    out = OUT_CODES[out_activation]
     last = len(coefs) - 1
-    fuse = out_t is not None and last >= 1
-    lib = cublas_library()
-    h = on_current_stream(lib) if lib is not None else None
     n = X.shape[0]
+    n_out = coefs[last].shape[1]
+    tail = None
+    if USE_TAIL and last >= 1 and n_out <= OUT_FUSED_MAX and n > 0:
+        in_act = act if last >= 2 else -1
+        k_in = coefs[last - 1].shape[0]
+        # 16-byte reads of the input: its rows a multiple of 4 values, its start 16-byte aligned
+        # (the products of a hidden layer and a contiguous copy are fresh allocations)
+        vec = k_in % 4 == 0 and (last >= 2 or not X.flags.c_contiguous or X.data.ptr % 16 == 0)
+        tail = _tail_fused(dtype, in_act, act, out, coefs[last].shape[0], n_out, n, tail_tm, vec)
+    fuse = tail is not None or (out_t is not None and last >= 1)
+    n_products = last - 1 if tail is not None else last  # hidden layers multiplied by cuBLAS
+    lib = cublas_library()
+    h = on_current_stream(lib) if lib is not None and (n_products > 0 or not fuse) else None
 
     def product(A, W):
         if lib is not None and A.flags.c_contiguous and W.flags.c_contiguous:
@@ -105,10 +256,12 @@ def forward_cuda(X, coefs, inters, activation, out_activation, out_t=None, flag=
 
     first_flag = _NULL if flag is None else flag  # the kernel that reads the first products
     A = X
-    for i in range(last):
+    # the hidden layers that keep their products in memory (with tail_fused, the last one
+    # is computed there and the one before has its bias and activation applied there)
+    for i in range(n_products):
         Z = product(A, coefs[i])
-        if fuse and i == last - 1:
-            break  # its bias and activation happen in out_fused
+        if fuse and (i == last - 1 or (tail is not None and i == last - 2)):
+            break  # its bias and activation happen in out_fused / tail_fused
         cols = Z.shape[1]
         threads = min(256, -(-cols // 32) * 32)
         gx = -(-cols // threads)
@@ -116,9 +269,38 @@ def forward_cuda(X, coefs, inters, activation, out_activation, out_t=None, flag=
         k = get_function("mlp", f"bias_act_rows<{ct},{act}>")
         k((gx, gy), (threads,), (Z, inters[i], np.int64(n), np.int32(cols), first_flag if i == 0 else _NULL))
         A = Z
-    out = OUT_CODES[out_activation]
+    if tail is not None:
+        k, bm, threads, smem, tc = tail
+        src = Z if last >= 2 else X  # the products before their bias and activation, or X
+        src, W, W2 = (
+            a if a.flags.c_contiguous else cp.ascontiguousarray(a) for a in (src, coefs[-2], coefs[-1])
+        )
+        n_hid = W.shape[1]
+        if tc:
+            W = tail_pack if tail_pack is not None else pack_tail_weights(W, tail_tc_tiles(coefs))
+        P = cp.empty((n, n_out), dtype=dtype)
+        k(
+            (-(-n // bm),),
+            (threads,),
+            (
+                src,
+                inters[last - 2] if last >= 2 else _NULL,
+                W,
+                inters[last - 1],
+                W2,
+                inters[last],
+                P,
+                np.int64(n),
+                np.int32(src.shape[1]),
+                np.int32(n_hid),
+                np.int32(n_out),
+                first_flag if last <= 2 else _NULL,
+            ),
+            shared_mem=smem,
+        )
+        return P
     if fuse:
-        n_hid, n_out = Z.shape[1], out_t.shape[0]
+        n_hid = Z.shape[1]
         k, rows = _out_fused(n_out, dtype, act, out)
         P = cp.empty((n, n_out), dtype=dtype)
         blocks = -(-n // (8 * rows))  # 8 warps a block
