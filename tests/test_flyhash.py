@@ -213,6 +213,27 @@ def test_host_selection_on_wide_rows_matches_reference(rng):
         np.testing.assert_array_equal(np.nonzero(M)[1].reshape(40, k), _reference_winners(A, k))
 
 
+def test_host_winner_reading_matches_nonzero(rng):
+    """The CPU engine reads a block's winners 8 mask entries at a time (_mask_columns): the
+    same columns as np.nonzero, on rare and dense ones, every layout and sizes that are no
+    multiple of 8; and the wide-row selection on a block that mixes constant rows (every unit
+    a candidate) with random ones gives the reference winners."""
+    from sknn_gpu.fly._flyhash_cpu import _flat_ones, _mask_columns, wta_exact_mask_host
+
+    cases = [((32, 65536), 128 / 65536), ((7, 13), 0.3), ((5, 16), 0.0), ((4, 24), 1.0), ((0, 16), 0.5)]
+    for shape, p in cases:
+        mask = rng.random(shape) < p
+        for layout in (mask, np.asfortranarray(mask), mask[:, ::-1]):
+            np.testing.assert_array_equal(_mask_columns(layout), np.nonzero(layout)[1])
+            np.testing.assert_array_equal(_flat_ones(layout), np.flatnonzero(layout))
+    A = rng.random((64, 12000), dtype=np.float32)
+    A[[3, 40]] = 1.0  # two rows of ties among random ones: the block still has few candidates
+    for k in (5, 300):
+        np.testing.assert_array_equal(
+            np.nonzero(wta_exact_mask_host(A.copy(), k))[1].reshape(64, k), _reference_winners(A, k)
+        )
+
+
 def test_wta_errors():
     with pytest.raises(ValueError, match="1 <= k <= 3"):
         wta(np.ones((2, 3)), 4)
