@@ -342,8 +342,8 @@ def _flat_ones(mask):
 
 
 def _mask_columns(mask):
-    """The column of every True entry of a C-ordered bool ``(rows, m)`` mask, row by row and
-    ascending within a row: ``np.nonzero(mask)[1]`` (:func:`_flat_ones`)."""
+    """The column of every True entry of a bool ``(rows, m)`` mask (any layout), row by row
+    and ascending within a row: ``np.nonzero(mask)[1]`` (:func:`_flat_ones`)."""
     return _flat_ones(mask) % mask.shape[1]
 
 
