@@ -301,6 +301,28 @@ def test_fused_tail_prediction_matches_the_product_path_and_numpy(data, hidden, 
             np.testing.assert_allclose(got.get(), expected, rtol=rtol, atol=atol, err_msg=f"tm={tm}")
 
 
+def test_tensor_core_tail_gives_way_where_its_split_weights_would_be_too_large(data, monkeypatch):
+    """tail_tc keeps a split copy of the last hidden layer's coefficients with the model; a
+    layer whose copy would pass TC_PACK_MAX takes tail_fused (no copy made), same result."""
+    import cupy
+
+    from sknn_gpu.neural_network import _mlp_cuda
+    from sknn_gpu.neural_network._base import forward
+
+    X, y = data
+    X = X.astype(np.float32)
+    clf = _fit("cuda", dict(hidden_layer_sizes=(40,), max_iter=2, random_state=0), X, y)
+    monkeypatch.setattr(_mlp_cuda, "TC_PACK_MAX", 2 * 64 * 64 * 4 - 1)  # 64 inputs need one byte more
+    launched = []
+    real = _mlp_cuda._tail_kernel
+    monkeypatch.setattr(_mlp_cuda, "_tail_kernel", lambda *a: launched.append(a) or real(*a))
+    got = clf.predict_proba(cupy.asarray(X)).get()
+    assert launched and not any(a[2] for a in launched)  # tail_fused, not tail_tc
+    assert clf._tail_pack(clf._device_copy("coefs_")) is None
+    expected = forward(X.copy(), clf.coefs_, clf.intercepts_, "relu", "softmax")
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_nan_in_cupy_input_is_refused_after_the_forward_pass(data):
     """The NaN check of dense CuPy input runs after the forward pass is queued; it still refuses."""
     import cupy

@@ -92,15 +92,24 @@ TAIL_MAX = TC_TAIL_MAX = 128
 #: and the profile tool switch them off to compare the paths)
 USE_TAIL = True
 USE_TENSOR_CORES = True
+#: largest split copy of a layer's coefficients that ``tail_tc`` keeps on the device (64 MiB:
+#: up to 65,536 inputs at 128 hidden units); wider inputs take ``tail_fused``
+TC_PACK_MAX = 64 << 20
 
 
-def _use_tc(dtype, n_hid):
+def _use_tc(dtype, n_hid, n_in=0):
     """Whether the fused tail of a float ``dtype`` network whose last hidden layer has
-    ``n_hid`` units runs on tensor cores (``tail_tc``), on the current device."""
+    ``n_hid`` units and ``n_in`` inputs runs on tensor cores (``tail_tc``), on the current
+    device: not where its split copy of the layer's coefficients (:func:`pack_tail_weights`,
+    kept with the model) would exceed :data:`TC_PACK_MAX` bytes."""
+    if n_hid > TC_TAIL_MAX:
+        return False
+    nt = next(t for t in _TC_MAX_MT if n_hid <= 64 * t)
+    pack = 2 * 64 * nt * (-(-n_in // 32) * 32) * 4
     return (
         USE_TENSOR_CORES
         and np.dtype(dtype) == np.float32
-        and n_hid <= TC_TAIL_MAX
+        and pack <= TC_PACK_MAX
         and device_limits().compute_capability >= (8, 0)
     )
 
@@ -112,7 +121,7 @@ def tail_tc_tiles(coefs):
     if not USE_TAIL or len(coefs) < 2 or coefs[-1].shape[1] > OUT_FUSED_MAX:
         return None
     n_hid = coefs[-1].shape[0]
-    if not _use_tc(coefs[-1].dtype, n_hid):
+    if not _use_tc(coefs[-1].dtype, n_hid, coefs[-2].shape[0]):
         return None
     return next(nt for nt in _TC_MAX_MT if n_hid <= 64 * nt)
 
@@ -134,22 +143,23 @@ def pack_tail_weights(W, nt):
     return out
 
 
-def _tail_fused(dtype, in_act, act, out, n_hid, n_out, n_rows, tm=None, vec=True):
+def _tail_fused(dtype, in_act, act, out, n_hid, n_out, n_rows, tm=None, vec=True, n_in=0):
     """The kernel that computes the last hidden layer (``n_hid`` units) and the output
     layer (``n_out`` units) of ``n_rows`` rows: ``(kernel, rows a block, threads a block,
     dynamic shared memory in bytes, whether it is tail_tc)``, or None for float64, for a
     layer wider than the kernel takes (:data:`TAIL_MAX`, :data:`TC_TAIL_MAX`) or where the
     device cannot give a block that much shared memory.
 
-    On a GPU of compute capability 8.0 or newer: ``tail_tc`` (tensor cores, three TF32
-    products a product; ``vec``: its input read in 16-byte vectors); otherwise
+    On a GPU of compute capability 8.0 or newer, for a layer of ``n_in`` inputs whose split
+    coefficients fit :data:`TC_PACK_MAX`: ``tail_tc`` (tensor cores, three TF32 products a
+    product; ``vec``: its input read in 16-byte vectors); otherwise
     ``tail_fused`` (FP32 FMAs; the kernel is also written for float64, unused). The rows
     a block takes (16 ``tm``) are the fewest with which the blocks fill the SMs in one
     wave (one block an SM), else the most its registers allow: 10,000 rows on 132 SMs
     take 125 blocks of 80 rows.
     """
     limits = device_limits()
-    tc = _use_tc(dtype, n_hid)
+    tc = _use_tc(dtype, n_hid, n_in)
     if np.dtype(dtype) != np.float32 or n_hid > (TC_TAIL_MAX if tc else TAIL_MAX):
         return None
     if tc:
@@ -241,7 +251,7 @@ def forward_cuda(
         # 16-byte reads of the input: its rows a multiple of 4 values, its start 16-byte aligned
         # (the products of a hidden layer and a contiguous copy are fresh allocations)
         vec = k_in % 4 == 0 and (last >= 2 or not X.flags.c_contiguous or X.data.ptr % 16 == 0)
-        tail = _tail_fused(dtype, in_act, act, out, coefs[last].shape[0], n_out, n, tail_tm, vec)
+        tail = _tail_fused(dtype, in_act, act, out, coefs[last].shape[0], n_out, n, tail_tm, vec, k_in)
     fuse = tail is not None or (out_t is not None and last >= 1)
     n_products = last - 1 if tail is not None else last  # hidden layers multiplied by cuBLAS
     lib = cublas_library()
