@@ -82,9 +82,11 @@ _TAIL_MAX_TM = {32: 8, 64: 8, 128: 8}
 #: block is 64 ``NT`` columns wide) by width, and the most row tiles of 16 (``MT``)
 _TC_MAX_MT = {1: 8, 2: 8}
 #: widest last hidden layer that each fused tail takes (``tail_fused``, ``tail_tc``): wider
-#: ones take a cuBLAS product and ``out_fused`` (on an H200, 10,000 rows: at 256 units the
-#: tensor-core tail took 208 us of GPU time against 191 us for that path, at 100 units
-#: 87 us against 125 us; benchmarks/tools/profile_mlp.py --predict). float32 only:
+#: ones take a cuBLAS product and ``out_fused``. On an H200, 10,000 rows, the tensor-core
+#: tail took 89 us of GPU time at 100 units against 125 us for that path
+#: (results/2026-11-28-h200/profile_mlp_predict.txt); at 256 units it has been measured only
+#: in an earlier version: 179-209 us by rows a block against 191 us
+#: (profile_mlp_predict_first_tail_tc.txt), no clear gain, so it stops at 128. float32 only:
 #: float64 keeps cuBLAS's products (its FP64 tensor cores; the fused tails are not
 #: measured there)
 TAIL_MAX = TC_TAIL_MAX = 128
