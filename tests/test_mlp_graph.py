@@ -354,6 +354,36 @@ def test_non_finite_cupy_input_is_refused_whichever_kernel_reads_the_first_produ
             clf.predict_proba(bad)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n_out", [1, 2, 3, 9, 10, 12, 13, 17, 24, 32])
+def test_fused_output_layer_matches_numpy_at_every_width_and_row_count(dtype, n_out, monkeypatch):
+    """out_fused (no fused tail): every compiled output width and widths padded up to the
+    next one (zero columns that must not reach the softmax), last hidden layers whose
+    width is and is not a multiple of a 16-byte read (the vector and value-by-value
+    reads), row counts around a warp's rows, softmax and logistic outputs."""
+    import cupy
+
+    from sknn_gpu.neural_network import _mlp_cuda
+    from sknn_gpu.neural_network._base import forward
+
+    monkeypatch.setattr(_mlp_cuda, "USE_TAIL", False)
+    rng = np.random.default_rng(n_out)
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    for n_hid, activation in [(36, "tanh"), (37, "relu"), (258, "logistic")]:
+        sizes = (20, n_hid, n_out)
+        coefs = [(rng.normal(size=(a, b)) / np.sqrt(a)).astype(dtype) for a, b in zip(sizes[:-1], sizes[1:])]
+        inters = [rng.normal(size=b).astype(dtype) for b in sizes[1:]]
+        dc, di = [cupy.asarray(c) for c in coefs], [cupy.asarray(b) for b in inters]
+        ow = _mlp_cuda.out_weights(dc[-1])
+        for out in ("softmax", "logistic"):
+            for n in (1, 7, 33):
+                X = rng.normal(size=(n, 20)).astype(dtype)
+                got = _mlp_cuda.forward_cuda(cupy.asarray(X), dc, di, activation, out, ow)
+                expected = forward(X.copy(), coefs, inters, activation, out)
+                assert got.shape == (n, n_out)
+                np.testing.assert_allclose(got.get(), expected, rtol=rtol, atol=rtol * 1e-1)
+
+
 def test_finite_cupy_input_whose_products_overflow_is_not_refused(data):
     """A flagged product from finite X (float32 overflow) is not an input error: X itself is
     checked then, and the call returns what the CPU path returns for the other rows."""

@@ -79,8 +79,8 @@ def main(argv=None):
     print(f"hidden {hidden}: predict_proba of 10,000 x 784 float32 rows on the GPU")
     print(f"  predict_proba            {ms(lambda: clf.predict_proba(X)):8.1f} us")
     print(f"  input check (check_X)    {ms(lambda: check_X(clf, X, reset=False)):8.1f} us")
-    out_t, flag = clf._out_t(coefs), cp.zeros((), dtype=np.int32)  # as predict runs it
-    fwd = lambda: forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_t, flag)  # noqa: E731
+    out_w, flag = clf._out_w(coefs), cp.zeros((), dtype=np.int32)  # as predict runs it
+    fwd = lambda: forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_w, flag)  # noqa: E731
     print(f"  forward pass alone       {ms(fwd):8.1f} us")
     host_profile(lambda: [clf.predict_proba(X) for _ in range(200)], "tottime", 15)
 
@@ -127,7 +127,7 @@ def predict_profile(hidden):
     clf, Xt, _ = _fitted(hidden)
     X = Xt[:10_000]
     coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
-    out_t = clf._out_t(coefs)
+    out_w = clf._out_w(coefs)
     flag_host, flag = host_flag()
 
     def us(f, n=100):
@@ -156,7 +156,7 @@ def predict_profile(hidden):
 
         def fwd(tm=tm):
             pack = clf._tail_pack(coefs)
-            return forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_t, flag, pack, tm)
+            return forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_w, flag, pack, tm)
 
         try:
             for key, value in way.items():
@@ -200,13 +200,13 @@ def predict_profile(hidden):
             "size check (_check_size)": lambda: clf._check_size(
                 "predict", units, X.shape[0], np.float32, x_on_device=True, x_items=None
             ),
-            "device copies and out_t (cached)": lambda: (
+            "device copies and out_w (cached)": lambda: (
                 clf._device_copy("coefs_"),
                 clf._device_copy("intercepts_"),
-                clf._out_t(coefs),
+                clf._out_w(coefs),
             ),
             "forward pass (host time to queue it)": lambda: forward_cuda(
-                X, coefs, inters, clf.activation, clf.out_activation_, out_t, flag, clf._tail_pack(coefs)
+                X, coefs, inters, clf.activation, clf.out_activation_, out_w, flag, clf._tail_pack(coefs)
             ),
         }
     )

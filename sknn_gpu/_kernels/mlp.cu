@@ -489,106 +489,141 @@ __global__ void bias_act_rows(T* __restrict__ Z, const T* __restrict__ b, const 
     if (flag != nullptr && __any_sync(0xffffffffu, bad) && (threadIdx.x & 31) == 0) *flag = 1;
 }
 
-// Prediction's output layer of O <= MAXO units, fused with the last hidden layer's bias and
-// activation. Warp w takes rows [R w, R w + R) of Z (rows, H: the last hidden layer's
-// products before its bias) and reads each once, chunk by chunk of OUT_CW(T) columns: lane l
-// reads columns l, l + 32, ... of the chunk, all of them issued before any is used (bytes
-// in flight enough to stream Z at the memory's rate), applies b1 and the activation, and
-// multiplies by the chunk of the output coefficients WT (O, H) that the block has copied
-// into shared memory (read there by every warp, each value once for R rows), summing into
-// registers. Then sums across the warp; lane 0 writes the rows' output activations (b2
-// added) to P (rows, O). flag: as for bias_act_rows, on the values of Z.
-#define OUT_CW(T) (sizeof(T) == 4 ? 256 : 128)
-template <typename T, int ACT, int OUT, int MAXO, int R>
-__global__ void __launch_bounds__(256) out_fused(const T* __restrict__ Z, const T* __restrict__ b1,
-                                                 const T* __restrict__ WT, const T* __restrict__ b2,
-                                                 T* __restrict__ P, const long long rows, const int H,
-                                                 const int O, int* __restrict__ flag)
+template <typename T, int N> struct VecLoad;
+template <> struct VecLoad<float, 1> { static __device__ __forceinline__ void f(float* r, const float* p) { r[0] = p[0]; } };
+template <> struct VecLoad<float, 2> {
+    static __device__ __forceinline__ void f(float* r, const float* p)
+    { const float2 v = *reinterpret_cast<const float2*>(p); r[0] = v.x; r[1] = v.y; }
+};
+template <> struct VecLoad<float, 4> {
+    static __device__ __forceinline__ void f(float* r, const float* p)
+    { const float4 v = *reinterpret_cast<const float4*>(p); r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w; }
+};
+template <> struct VecLoad<double, 1> { static __device__ __forceinline__ void f(double* r, const double* p) { r[0] = p[0]; } };
+template <> struct VecLoad<double, 2> {
+    static __device__ __forceinline__ void f(double* r, const double* p)
+    { const double2 v = *reinterpret_cast<const double2*>(p); r[0] = v.x; r[1] = v.y; }
+};
+
+// V = 16 / sizeof(T) consecutive values p[0 .. V) into r: one 16-byte load when VEC (p
+// 16-byte aligned and all V inside), else value by value, zero from p[left] on
+template <typename T, int V, bool VEC>
+__device__ __forceinline__ void load_cols(T* r, const T* __restrict__ p, const int left)
 {
-    constexpr int CW = OUT_CW(T);
-    constexpr int U = CW / 32;
-    __shared__ T wsh[MAXO * CW];
+    if (VEC) {
+        VecLoad<T, V>::f(r, p);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) r[v] = v < left ? p[v] : (T)0;
+    }
+}
+
+// Sum of v over the warp, in every lane.
+template <typename T>
+__device__ __forceinline__ T wsum_all(T v)
+{
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T wmax_all(T v)
+{
+    for (int off = 16; off > 0; off >>= 1) {
+        const T o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = o > v ? o : v;
+    }
+    return v;
+}
+
+// Prediction's output layer, fused with the last hidden layer's bias and activation. Warp w
+// takes rows [R w, R w + R) of Z (rows, H: the last hidden layer's products before their
+// bias) and reads each once: lane l takes V = 16 / sizeof(T) consecutive columns at a time
+// (columns c = V l + 32 V j .. c + V - 1, j = 0, 1, ...), one 16-byte read a row when VEC (H
+// a multiple of V; Z and b1 16-byte aligned), applies b1 and the activation, and multiplies
+// them by the same rows of the output coefficients W2 (H, O): O columns, the layer's
+// n_out and zeros after them (out_weights), so that a row of them is O / WV vector reads
+// with no arithmetic on addresses, read through L1 (which every warp of the SM shares) once
+// for the warp's R rows. About a dozen instructions a value of Z: the kernel streams Z at
+// the memory's rate. Then the sums across the warp (every lane gets them); lane k writes
+// output k of each row (b2 added, the output activation) to P (rows, n_out). flag: as for
+// bias_act_rows, on the values of Z.
+template <typename T, int ACT, int OUT, int O, int R, bool VEC>
+__global__ void __launch_bounds__(256) out_fused(const T* __restrict__ Z, const T* __restrict__ b1,
+                                                 const T* __restrict__ W2, const T* __restrict__ b2,
+                                                 T* __restrict__ P, const long long rows, const int H,
+                                                 const int n_out, int* __restrict__ flag)
+{
+    constexpr int V = 16 / sizeof(T);
+    // values of a vector read of a row of W2 (O of them, a multiple of WV)
+    constexpr int WV = (O * sizeof(T)) % 16 == 0 ? 16 / sizeof(T) : ((O * sizeof(T)) % 8 == 0 ? 8 / sizeof(T) : 1);
     const int lane = threadIdx.x & 31;
     const long long r0 = (((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * R;
-    T acc[R][MAXO];
+    if (r0 >= rows) return;  // the whole warp: no barrier follows
+    T acc[R][O];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
 #pragma unroll
-        for (int k = 0; k < MAXO; ++k) acc[r][k] = (T)0;
+        for (int k = 0; k < O; ++k) acc[r][k] = (T)0;
     }
-    bool bad = false;
-    for (int base = 0; base < H; base += CW) {
-        __syncthreads();  // every warp is done with the previous chunk
-        for (int t = threadIdx.x; t < O * CW; t += blockDim.x) {
-            const int k = t / CW, c = t - k * CW;
-            wsh[t] = base + c < H ? WT[(long long)k * H + base + c] : (T)0;
+    T chk = (T)0;  // becomes NaN once a value of Z read is not finite (x * 0 is NaN then)
+    for (int c = V * lane; c < H; c += 32 * V) {
+        T a[R][V], bv[V];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (r0 + r < rows) {
+                load_cols<T, V, VEC>(a[r], Z + (r0 + r) * H + c, H - c);
+            } else {
+#pragma unroll
+                for (int v = 0; v < V; ++v) a[r][v] = (T)0;
+            }
         }
-        __syncthreads();
-        T zv[R][U];
+        load_cols<T, V, VEC>(bv, b1 + c, H - c);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int j = base + lane + 32 * u;
-                zv[r][u] = (r0 + r < rows && j < H) ? Z[(r0 + r) * H + j] : (T)0;
+            for (int v = 0; v < V; ++v) {
+                chk = fma(a[r][v], (T)0, chk);
+                a[r][v] = (VEC || c + v < H) ? act_fn<T>(a[r][v] + bv[v], ACT) : (T)0;
             }
         }
 #pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int j = base + lane + 32 * u;
-            if (j < H) {
-                const T bj = __ldg(b1 + j);
-                T a[R];
+        for (int v = 0; v < V; ++v) {
+            if (VEC || c + v < H) {
+                T w[O];
+                const T* wr = W2 + (long long)(c + v) * O;
+#pragma unroll
+                for (int q = 0; q < O; q += WV) VecLoad<T, WV>::f(w + q, wr + q);
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    bad |= !isfinite(zv[r][u]);
-                    a[r] = act_fn<T>(zv[r][u] + bj, ACT);
-                }
 #pragma unroll
-                for (int k = 0; k < MAXO; ++k) {
-                    if (k < O) {
-                        const T w = wsh[k * CW + lane + 32 * u];
-#pragma unroll
-                        for (int r = 0; r < R; ++r) acc[r][k] += a[r] * w;
-                    }
+                    for (int k = 0; k < O; ++k) acc[r][k] += a[r][v] * w[k];
                 }
             }
         }
     }
-    if (flag != nullptr && __any_sync(0xffffffffu, bad) && lane == 0) *flag = 1;
+    if (flag != nullptr && __any_sync(0xffffffffu, chk != chk) && lane == 0) *flag = 1;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
+        T mine = (T)0;  // this lane's output's sum
 #pragma unroll
-        for (int k = 0; k < MAXO; ++k) {
-            if (k < O) acc[r][k] = wsum(acc[r][k]);  // lane 0 holds the sums
+        for (int k = 0; k < O; ++k) {
+            const T t = wsum_all(acc[r][k]);
+            mine = lane == k ? t : mine;
         }
-    }
-    if (lane != 0) return;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        if (r0 + r >= rows) break;
-        T* p = P + (r0 + r) * O;
+        if (r0 + r >= rows) break;  // the same for the whole warp
+        const bool own = lane < n_out;
+        const T z = own ? mine + b2[lane] : (T)0;
+        const T z0 = __shfl_sync(0xffffffffu, z, 0);  // every lane: lane 0 owns an output
+        T p;
         if (OUT == 0) {
-            T mx = acc[r][0] + b2[0];
-#pragma unroll
-            for (int k = 1; k < MAXO; ++k) {
-                if (k < O) { const T v = acc[r][k] + b2[k]; mx = v > mx ? v : mx; }
-            }
-            T tot = (T)0;
-#pragma unroll
-            for (int k = 0; k < MAXO; ++k) {
-                if (k < O) { acc[r][k] = exp(acc[r][k] + b2[k] - mx); tot += acc[r][k]; }
-            }
-#pragma unroll
-            for (int k = 0; k < MAXO; ++k) {
-                if (k < O) p[k] = acc[r][k] / tot;
-            }
+            const T mx = wmax_all(own ? z : z0);
+            const T e = own ? exp(z - mx) : (T)0;
+            p = e / wsum_all(e);
         } else {
-#pragma unroll
-            for (int k = 0; k < MAXO; ++k) {
-                if (k < O) p[k] = (T)1 / ((T)1 + exp(-(acc[r][k] + b2[k])));
-            }
+            p = (T)1 / ((T)1 + exp(-z));
         }
+        if (own) P[(r0 + r) * n_out + lane] = p;
     }
 }
 
@@ -751,22 +786,6 @@ __device__ __forceinline__ void tail_output(const T* Hs, const int LDH, const T*
 // With flag not null, a value of A that is not finite (before bin) sets *flag.
 // Dynamic shared memory, in values of T: the largest of 4 BK LDA + 4 BK HP (the product),
 // 256 TM TN (the second group's sums) and BM (HP + 1) + H O + BM O (the output).
-template <typename T, int N> struct VecLoad;
-template <> struct VecLoad<float, 1> { static __device__ __forceinline__ void f(float* r, const float* p) { r[0] = p[0]; } };
-template <> struct VecLoad<float, 2> {
-    static __device__ __forceinline__ void f(float* r, const float* p)
-    { const float2 v = *reinterpret_cast<const float2*>(p); r[0] = v.x; r[1] = v.y; }
-};
-template <> struct VecLoad<float, 4> {
-    static __device__ __forceinline__ void f(float* r, const float* p)
-    { const float4 v = *reinterpret_cast<const float4*>(p); r[0] = v.x; r[1] = v.y; r[2] = v.z; r[3] = v.w; }
-};
-template <> struct VecLoad<double, 1> { static __device__ __forceinline__ void f(double* r, const double* p) { r[0] = p[0]; } };
-template <> struct VecLoad<double, 2> {
-    static __device__ __forceinline__ void f(double* r, const double* p)
-    { const double2 v = *reinterpret_cast<const double2*>(p); r[0] = v.x; r[1] = v.y; }
-};
-
 #define TAIL_BK 16  // the A chunk's mapping to threads (t / BK + 16 i) assumes 16
 template <typename T, int IN_ACT, int ACT, int OUT, int HP, int TM>
 __global__ void __launch_bounds__(512, 1) tail_fused(const T* __restrict__ A, const T* __restrict__ bin,

@@ -85,7 +85,7 @@ from . import _interop
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
 from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
 from ._mlp_cpu import CPUTrainer
-from ._mlp_cuda import OUT_FUSED_MAX, CUDATrainer, forward_cuda, pack_tail_weights, tail_tc_tiles
+from ._mlp_cuda import OUT_FUSED_MAX, CUDATrainer, forward_cuda, out_weights, pack_tail_weights, tail_tc_tiles
 from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
@@ -914,7 +914,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             inters,
             self.activation,
             self.out_activation_,
-            self._out_t(coefs),
+            self._out_w(coefs),
             flag,
             self._tail_pack(coefs),
         )
@@ -935,12 +935,13 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             return None
         return self._derived(("tail_pack", "cuda"), coefs, lambda c: pack_tail_weights(c[-2], nt))
 
-    def _out_t(self, coefs):
-        """The output layer's coefficients transposed on the device (what the fused output
-        kernel reads), cached with the device copy; None when that kernel does not apply."""
+    def _out_w(self, coefs):
+        """The output layer's coefficients padded on the device as the fused output kernel
+        reads them (:func:`out_weights`), cached with the device copy; None when that kernel
+        does not apply."""
         if len(coefs) < 2 or coefs[-1].shape[1] > OUT_FUSED_MAX:
             return None
-        return self._derived(("out_t", "cuda"), coefs, lambda c: self._xp.ascontiguousarray(c[-1].T))
+        return self._derived(("out_w", "cuda"), coefs, lambda c: out_weights(c[-1]))
 
     def _labels_from_output(self, P):
         if self.n_outputs_ == 1:

@@ -56,22 +56,46 @@ def _elementwise_grid(total):
     return int(min(-(-total // 256), 65535))
 
 
-#: the output widths ``out_fused`` is compiled for (its ``MAXO``: the registers each lane
-#: sums into, per row); wider output layers take a cuBLAS product and ``bias_out``
-_OUT_WIDTHS = (2, 8, 16, 32)
+#: the output widths ``out_fused`` is compiled for (its ``O``: the output coefficients are
+#: padded with zero columns to the next of them, :func:`out_weights`); wider output layers
+#: take a cuBLAS product and ``bias_out``
+_OUT_WIDTHS = (2, 4, 8, 10, 12, 16, 24, 32)
 #: widest output layer of ``out_fused``
 OUT_FUSED_MAX = _OUT_WIDTHS[-1]
-#: rows a warp of ``out_fused`` takes (each shared-memory coefficient read serves them all)
-OUT_FUSED_ROWS = 2
+#: rows a warp of ``out_fused`` takes (its ``R``), by value size and ``O``: each read of the
+#: output coefficients serves them all, and the lane keeps ``R x O`` sums
+_OUT_FUSED_ROWS = {
+    4: {2: 2, 4: 2, 8: 4, 10: 4, 12: 4, 16: 4, 24: 4, 32: 4},
+    8: {2: 2, 4: 2, 8: 2, 10: 4, 12: 4, 16: 2, 24: 2, 32: 2},
+}
 
 
-def _out_fused(n_out, dtype, act, out, rows=OUT_FUSED_ROWS):
-    """The ``out_fused`` kernel for ``n_out`` outputs, and its rows a warp."""
-    maxo = next(w for w in _OUT_WIDTHS if n_out <= w)
-    if dtype == np.float64 and maxo == 32:
-        rows = 1  # its registers are twice as wide
-    ct = "float" if dtype == np.float32 else "double"
-    return get_function("mlp", f"out_fused<{ct},{act},{out},{maxo},{rows}>"), rows
+def _out_width(n_out):
+    return next(w for w in _OUT_WIDTHS if n_out <= w)
+
+
+def out_weights(W):
+    """The output layer's coefficients ``W`` (H, n_out), at most :data:`OUT_FUSED_MAX`
+    outputs, as ``out_fused`` reads them: C-contiguous ``(H, O)``, ``O`` the compiled width
+    at or above ``n_out``, zeros in the columns after ``n_out``."""
+    cp = get_cupy()
+    h, n_out = W.shape
+    Wp = cp.zeros((h, _out_width(n_out)), dtype=W.dtype)
+    Wp[:, :n_out] = W
+    return Wp
+
+
+def _out_fused(n_out, dtype, act, out, vec, rows=None):
+    """The ``out_fused`` kernel for ``n_out`` outputs, and its rows a warp (``rows``
+    overrides the choice; the profile tool compares them). ``vec``: the last hidden
+    layer's width a multiple of 16 bytes' values, its products and bias 16-byte aligned
+    (one read for each lane's columns of a row)."""
+    width = _out_width(n_out)
+    size = np.dtype(dtype).itemsize
+    rows = _OUT_FUSED_ROWS[size][width] if rows is None else rows
+    ct = "float" if size == 4 else "double"
+    vec = "true" if vec else "false"
+    return get_function("mlp", f"out_fused<{ct},{act},{out},{width},{rows},{vec}>"), rows
 
 
 #: the last hidden layer widths ``tail_fused`` is compiled for (its ``HP``) and the most
@@ -83,8 +107,9 @@ _TAIL_MAX_TM = {32: 8, 64: 8, 128: 8}
 _TC_MAX_MT = {1: 8, 2: 8}
 #: widest last hidden layer that each fused tail takes (``tail_fused``, ``tail_tc``): wider
 #: ones take a cuBLAS product and ``out_fused``. On an H200, 10,000 rows, the tensor-core
-#: tail took 89 us of GPU time at 100 units against 125 us for that path
-#: (results/2026-11-28-h200/profile_mlp_predict.txt); at 256 units it has been measured only
+#: tail took 89 us of GPU time at 100 units against 125 us for that path with the earlier
+#: ``out_fused`` (results/2026-11-28-h200/profile_mlp_predict.txt); at 256 units it has been
+#: measured only
 #: in an earlier version: 179-209 us by rows a block against 191 us
 #: (profile_mlp_predict_first_tail_tc.txt), no clear gain, so it stops at 128. float32 only:
 #: float64 keeps cuBLAS's products (its FP64 tensor cores; the fused tails are not
@@ -215,7 +240,16 @@ def _tail_kernel(device_id, dtype_char, tc, in_act, act, out, width, tm, vec, n_
 
 
 def forward_cuda(
-    X, coefs, inters, activation, out_activation, out_t=None, flag=None, tail_pack=None, tail_tm=None
+    X,
+    coefs,
+    inters,
+    activation,
+    out_activation,
+    out_w=None,
+    flag=None,
+    tail_pack=None,
+    tail_tm=None,
+    out_rows=None,
 ):
     """The output layer's activations of dense CuPy ``X``.
 
@@ -224,8 +258,8 @@ def forward_cuda(
     outputs in float32: one launch of a fused tail (:func:`_tail_fused`: ``tail_tc`` on
     tensor cores up to :data:`TC_TAIL_MAX` hidden units, else ``tail_fused`` up to
     :data:`TAIL_MAX`), which applies the previous layer's bias and activation as it reads
-    its products and keeps no product in memory. Otherwise, with ``out_t`` (the output
-    coefficients transposed, C-contiguous ``(n_out, n_last_hidden)``) one ``out_fused``
+    its products and keeps no product in memory. Otherwise, with ``out_w`` (the output
+    coefficients as :func:`out_weights` pads them) one ``out_fused``
     launch reads the last hidden layer's products once, its bias and activation applied
     on the way, and writes the output activations; otherwise a product and ``bias_out``.
 
@@ -235,8 +269,9 @@ def forward_cuda(
     infinity causes (and finite rows that overflow). Only networks with a hidden layer
     set it: the caller checks ``X`` itself otherwise. ``tail_pack``: the last hidden
     layer's coefficients as ``tail_tc`` reads them (:func:`pack_tail_weights`; made here
-    when not given). ``tail_tm`` overrides the rows a fused tail's block takes, in 16s
-    (the profile tool compares them).
+    when not given). ``tail_tm`` overrides the rows a fused tail's block takes, in 16s,
+    and ``out_rows`` the rows a warp of ``out_fused`` takes (the profile tool compares
+    them).
     """
     cp = get_cupy()
     dtype = X.dtype
@@ -254,7 +289,7 @@ def forward_cuda(
         # (the products of a hidden layer and a contiguous copy are fresh allocations)
         vec = k_in % 4 == 0 and (last >= 2 or not X.flags.c_contiguous or X.data.ptr % 16 == 0)
         tail = _tail_fused(dtype, in_act, act, out, coefs[last].shape[0], n_out, n, tail_tm, vec, k_in)
-    fuse = tail is not None or (out_t is not None and last >= 1)
+    fuse = tail is not None or (out_w is not None and last >= 1)
     n_products = last - 1 if tail is not None else last  # hidden layers multiplied by cuBLAS
     lib = cublas_library()
     h = on_current_stream(lib) if lib is not None and (n_products > 0 or not fuse) else None
@@ -313,7 +348,9 @@ def forward_cuda(
         return P
     if fuse:
         n_hid = Z.shape[1]
-        k, rows = _out_fused(n_out, dtype, act, out)
+        b1 = inters[last - 1]
+        vec = n_hid % (16 // dtype.itemsize) == 0 and Z.data.ptr % 16 == 0 and b1.data.ptr % 16 == 0
+        k, rows = _out_fused(n_out, dtype, act, out, vec, out_rows)
         P = cp.empty((n, n_out), dtype=dtype)
         blocks = -(-n // (8 * rows))  # 8 warps a block
         k(
@@ -321,8 +358,8 @@ def forward_cuda(
             (256,),
             (
                 Z,
-                inters[last - 1],
-                out_t,
+                b1,
+                out_w,
                 inters[last],
                 P,
                 np.int64(n),
