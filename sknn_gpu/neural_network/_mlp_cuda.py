@@ -87,7 +87,7 @@ def out_weights(W):
 
 def _out_fused(n_out, dtype, act, out, vec, rows=None):
     """The ``out_fused`` kernel for ``n_out`` outputs, and its rows a warp (``rows``
-    overrides the choice; the profile tool compares them). ``vec``: the last hidden
+    overrides the choice of :data:`_OUT_FUSED_ROWS`). ``vec``: the last hidden
     layer's width a multiple of 16 bytes' values, its products and bias 16-byte aligned
     (one read for each lane's columns of a row)."""
     width = _out_width(n_out)
@@ -109,8 +109,7 @@ _TC_MAX_MT = {1: 8, 2: 8}
 #: ones take a cuBLAS product and ``out_fused``. On an H200, 10,000 rows, the tensor-core
 #: tail took 89 us of GPU time at 100 units against 125 us for that path with the earlier
 #: ``out_fused`` (results/2026-11-28-h200/profile_mlp_predict.txt); at 256 units it has been
-#: measured only
-#: in an earlier version: 179-209 us by rows a block against 191 us
+#: measured only in an earlier version: 179-209 us by rows a block against 191 us
 #: (profile_mlp_predict_first_tail_tc.txt), no clear gain, so it stops at 128. float32 only:
 #: float64 keeps cuBLAS's products (its FP64 tensor cores; the fused tails are not
 #: measured there)
@@ -249,7 +248,6 @@ def forward_cuda(
     flag=None,
     tail_pack=None,
     tail_tm=None,
-    out_rows=None,
 ):
     """The output layer's activations of dense CuPy ``X``.
 
@@ -269,9 +267,8 @@ def forward_cuda(
     infinity causes (and finite rows that overflow). Only networks with a hidden layer
     set it: the caller checks ``X`` itself otherwise. ``tail_pack``: the last hidden
     layer's coefficients as ``tail_tc`` reads them (:func:`pack_tail_weights`; made here
-    when not given). ``tail_tm`` overrides the rows a fused tail's block takes, in 16s,
-    and ``out_rows`` the rows a warp of ``out_fused`` takes (the profile tool compares
-    them).
+    when not given). ``tail_tm`` overrides the rows a fused tail's block takes, in 16s
+    (the profile tool compares them).
     """
     cp = get_cupy()
     dtype = X.dtype
@@ -350,7 +347,7 @@ def forward_cuda(
         n_hid = Z.shape[1]
         b1 = inters[last - 1]
         vec = n_hid % (16 // dtype.itemsize) == 0 and Z.data.ptr % 16 == 0 and b1.data.ptr % 16 == 0
-        k, rows = _out_fused(n_out, dtype, act, out, vec, out_rows)
+        k, rows = _out_fused(n_out, dtype, act, out, vec)
         P = cp.empty((n, n_out), dtype=dtype)
         blocks = -(-n // (8 * rows))  # 8 warps a block
         k(
