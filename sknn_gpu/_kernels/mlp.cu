@@ -544,11 +544,10 @@ __device__ __forceinline__ T wmax_all(T v)
 // them by the same rows of the output coefficients W2 (H, O): O columns, the layer's
 // n_out and zeros after them (out_weights), so that a row of them is O / WV vector reads
 // with no arithmetic on addresses, read through L1 (which every warp of the SM shares) once
-// for the warp's R rows. A value of Z costs O FMAs and O / (WV R) reads of coefficients:
-// those, not the memory, bound the kernel (on an H200, at 1280 -> 10 outputs, it reads Z
-// at about a fifth of the memory's rate). Then the sums across the warp (every lane gets
-// them); lane k writes output k of each row (b2 added, the output activation) to P (rows,
-// n_out). flag: as for bias_act_rows, on the values of Z.
+// for the warp's R rows: a value of Z costs O FMAs and O / (WV R) reads of coefficients.
+// Then the sums across the warp (every lane gets them); lane k writes output k of each row
+// (b2 added, the output activation) to P (rows, n_out). flag: as for bias_act_rows, on the
+// values of Z.
 template <typename T, int ACT, int OUT, int O, int R, bool VEC>
 __global__ void __launch_bounds__(256) out_fused(const T* __restrict__ Z, const T* __restrict__ b1,
                                                  const T* __restrict__ W2, const T* __restrict__ b2,
