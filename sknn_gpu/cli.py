@@ -65,11 +65,14 @@ def _versions():
 
 
 def info_lines():
-    """Lines printed by ``sknn-gpu info``: versions, CUDA availability, devices, free memory."""
+    """Lines printed by ``sknn-gpu info``: versions, the CPU kernels, CUDA availability, devices,
+    free memory."""
     from ._backend import _fmt_bytes, cuda_available, cuda_unavailable_reason, free_memory, get_cupy
+    from ._kernels._cpu import cpu_kernels_status
 
     lines = [f"{name:<14} {ver}" for name, ver in _versions()]
     lines.append(f"{'host memory':<14} {_fmt_bytes(free_memory('cpu'))} available")
+    lines.append(f"{'cpu kernels':<14} {cpu_kernels_status()}")
     if not cuda_available():
         lines.append(f"{'cuda':<14} not usable: {cuda_unavailable_reason()}")
         return lines

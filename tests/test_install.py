@@ -79,8 +79,8 @@ def test_wheel_carries_what_the_package_needs_at_run_time(built):
     src, wheel = built
     names = set(zipfile.ZipFile(wheel).namelist())
     pkg = src / "sknn_gpu"
-    kernels = sorted(p.name for p in (pkg / "_kernels").iterdir() if p.suffix in (".cu", ".cuh"))
-    assert len(kernels) >= 10 and any(k.endswith(".cuh") for k in kernels)
+    kernels = sorted(p.name for p in (pkg / "_kernels").iterdir() if p.suffix in (".cu", ".cuh", ".c"))
+    assert len(kernels) >= 10 and {k.rsplit(".", 1)[1] for k in kernels} == {"cu", "cuh", "c"}
     missing = [k for k in kernels if f"sknn_gpu/_kernels/{k}" not in names]
     assert not missing, f"kernel sources left out of the wheel: {missing}"
     modules = [p.relative_to(src).as_posix() for p in pkg.rglob("*.py") if "__pycache__" not in p.parts]
@@ -146,6 +146,7 @@ def test_installed_wheel_runs_outside_the_source_tree(built, tmp_path):
         import sknn_gpu
         from sknn_gpu import FlyNNClassifier, GBNNMemory
         from sknn_gpu._kernels import kernel_dir, load_source
+        from sknn_gpu._kernels._cpu import cpu_kernels_status
 
         rng = np.random.default_rng(0)
         X = rng.random((60, 8))
@@ -164,10 +165,12 @@ def test_installed_wheel_runs_outside_the_source_tree(built, tmp_path):
             "typed": (Path(sknn_gpu.__file__).parent / "py.typed").is_file(),
             "kernels": sorted(p.stem for p in kernel_dir().glob("*.cu")),
             "gemv_source": len(load_source("gemv")),
+            "cpu_kernels": cpu_kernels_status(),
         }))
         """
     )
-    res = json.loads(_run([python, "-c", script], cwd=work).stdout)
+    env = newcomer.clean_env(SKNN_GPU_CACHE_DIR=str(work / "cache"))  # the C kernels compiled afresh
+    res = json.loads(_run([python, "-c", script], cwd=work, env=env).stdout)
     assert Path(res["file"]).resolve().is_relative_to(env_dir.resolve()), res["file"]
     assert res["version"] == sknn_gpu.__version__
     # the one sknn_gpu on sys.path is the installed one (the source tree is not on it)
@@ -177,6 +180,11 @@ def test_installed_wheel_runs_outside_the_source_tree(built, tmp_path):
     assert set(res["predicted"]) <= {0, 1} and res["predicted"]
     assert 0.0 <= res["completed"] <= 1.0
     assert res["typed"] and "gemv" in res["kernels"] and res["gemv_source"] > 0
+    # the C source ships in the wheel and compiles from where it was installed
+    from sknn_gpu._kernels._cpu import _compiler
+
+    if _compiler() is not None:
+        assert res["cpu_kernels"].startswith("compiled with") and str(work) in res["cpu_kernels"]
 
     cli = bindir / ("sknn-gpu.exe" if os.name == "nt" else "sknn-gpu")
     helped = _run([cli, "--help"], cwd=work)

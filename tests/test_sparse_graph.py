@@ -424,19 +424,37 @@ BLOCK_GRAPHS = {
 }
 
 
+@pytest.fixture(params=["C kernels", "NumPy/SciPy"])
+def sparse_kernels(request, monkeypatch):
+    """The CPU engine's sparse products from the compiled C kernels, then from NumPy/SciPy
+    (what runs where no C compiler works)."""
+    from sknn_gpu._kernels._cpu import DISABLE_ENV, cpu_kernels_status, cpu_library
+
+    if request.param == "C kernels":
+        monkeypatch.delenv(DISABLE_ENV, raising=False)
+        if cpu_library("sparsenet") is None:
+            pytest.skip(f"no compiled CPU kernels here: {cpu_kernels_status()}")
+    else:
+        monkeypatch.setenv(DISABLE_ENV, "1")
+    return request.param
+
+
+@pytest.mark.parametrize("B", [9, 70], ids=["batch 9", "batch 70 (two slices and a tail)"])
 @pytest.mark.parametrize("small_blocks", [False, True], ids=["whole levels", "levels cut by rows"])
 @pytest.mark.parametrize("method", ["by cost", "dense", "sparse"])
 @pytest.mark.parametrize("kind", list(BLOCK_GRAPHS))
-def test_training_blocks_match_the_definition(kind, method, small_blocks, monkeypatch, rng):
+def test_training_blocks_match_the_definition(
+    kind, method, small_blocks, B, sparse_kernels, monkeypatch, rng
+):
     """The CPU engine's training path computes what the definition says, whichever method
-    each block takes (dense blocks through BLAS, CSR products and per-edge weight gradients,
-    levels cut into row blocks), and its node values are those of the evaluation path."""
+    each block takes (dense blocks through BLAS; sparse products and weight gradients at the
+    edges, from the C kernels or from SciPy/NumPy; levels cut into row blocks), and its node
+    values are those of the evaluation path."""
     if method != "by cost":  # free or prohibitive dense products: every block one way
         monkeypatch.setattr(_graph_cpu, "DENSE_NS", 0.0 if method == "dense" else 1e9)
     if small_blocks:
         monkeypatch.setattr(_graph_cpu, "BLOCK_BYTES", 8 * 64)
     g = BLOCK_GRAPHS[kind](rng)
-    B = 9
     X, Y = rng.normal(size=(B, g.n_inputs)), rng.normal(size=(B, g.n_outputs))
     w, b = g.plan_params()
     w = w + rng.normal(scale=0.01, size=w.size)  # training passes its own weights
@@ -449,12 +467,18 @@ def test_training_blocks_match_the_definition(kind, method, small_blocks, monkey
     np.testing.assert_allclose(gb, ref_gb, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(_graph_cpu.forward(g, X, w=w, b=b), out, rtol=1e-12, atol=1e-13)
     levels = _graph_cpu._layout(g)
+    assert (g._cpu_layout[3] is None) == (sparse_kernels == "NumPy/SciPy")
     blocks = [blk for level in levels for blk in level[2]]
     dense = [(B <= blk.dense_up_to, B <= blk.gradient_dense_up_to) for blk in blocks]
     if method == "dense":
         assert all(fwd and grad for fwd, grad in dense)
-        if small_blocks and kind != "bias neuron":  # (its levels are under 64 entries)
-            assert max(len(level[2]) for level in levels) > 1  # a level is cut into row blocks
+        if small_blocks:  # a level whose rows x slots rectangle passes 64 entries is cut by rows
+            lp, indptr, cols = g.plan["level_ptr"], g.plan["indptr"], g.plan["indices"]
+            for k, level in enumerate(levels):
+                r0, r1 = int(lp[k]), int(lp[k + 1])
+                c = cols[indptr[r0] : indptr[r1]]
+                wide = c.size and (r1 - r0) > 1 and (r1 - r0) * (int(c.max()) - int(c.min()) + 1) > 64
+                assert (len(level[2]) > 1) == bool(wide)
     if kind == "nodes fed by no edge":
         assert [len(level[2]) for level in levels][0] == 0  # the level of bias-only nodes
     elif method == "sparse":

@@ -151,6 +151,31 @@ def test_random_topology_learns(device, rng):
     assert r2_score(yt, reg.predict(Xt)) > 0.8
 
 
+def test_cpu_training_is_the_same_with_and_without_the_c_kernels(monkeypatch, rng):
+    """A sparse network trained on the CPU through the compiled C kernels and through the
+    NumPy/SciPy code: the same losses and weights up to the order of floating-point sums."""
+    from sknn_gpu._kernels._cpu import DISABLE_ENV, cpu_kernels_status, cpu_library
+
+    monkeypatch.delenv(DISABLE_ENV, raising=False)
+    if cpu_library("sparsenet") is None:
+        pytest.skip(f"no compiled CPU kernels here: {cpu_kernels_status()}")
+    X, y, Xt, _ = friedman(rng, n=300)
+    g = SparseGraph.random_layered(10, 1, 3, 900, activation="relu", random_state=3)
+    fits = []
+    for disabled in ("0", "1"):
+        monkeypatch.setenv(DISABLE_ENV, disabled)
+        reg = SparseNetRegressor(topology=g, max_iter=8, batch_size=64, random_state=0, device="cpu")
+        fits.append(reg.fit(X, y))
+    used = [f.graph_._cpu_layout[3] is not None for f in fits]
+    assert used == [True, False]
+    blocks = [blk for level in fits[0].graph_._cpu_layout[1] for blk in level[2]]
+    assert any(blk.dense_up_to < 64 for blk in blocks)  # a block took the sparse kernels
+    assert len(fits[0].loss_curve_) == len(fits[1].loss_curve_) == 8
+    np.testing.assert_allclose(fits[0].loss_curve_, fits[1].loss_curve_, rtol=1e-10)
+    np.testing.assert_allclose(fits[0].graph_.weights, fits[1].graph_.weights, rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(fits[0].predict(Xt), fits[1].predict(Xt), rtol=1e-8, atol=1e-12)
+
+
 def test_given_graph_is_trained_not_modified(rng):
     X, y, _, _ = friedman(rng, n=300)
     g = SparseGraph.random_layered(10, 1, 4, 400, activation="tanh", random_state=4)

@@ -12,13 +12,15 @@ Training (``forward(..., keep_values=True)`` and ``backward``) works on the bloc
 :func:`_layout`: the rows of a level, cut so that the rectangle of (rows x the slots they
 read) stays under :data:`BLOCK_BYTES`. A block runs as a dense matrix (zeros where no edge)
 through BLAS where that costs less than the sparse products for the batch at hand (the
-costs below: from a fill of about 20%, and small blocks, whose sparse call costs dominate):
-the three products an MLP layer makes per step, ``W @ V`` forward, ``D @ V.T`` for the
-weight gradient (entries taken at the edges) and ``W.T @ D`` for the gradient of the
-hidden nodes it reads. A layered network's layers are fully dense blocks whose weights are
-the plan's weights reshaped, with no copy. Other blocks use CSR products, and per-edge dot
-products for the weight gradient. The sums are the same; only their order differs from the
-evaluation's (rounding, about 1e-16 relative per product).
+costs below), for the three products an MLP layer makes per step: ``W @ V`` forward,
+``D @ V.T`` for the weight gradient (entries taken at the edges) and ``W.T @ D`` for the
+gradient of the hidden nodes it reads. A layered network's layers are fully dense blocks
+whose weights are the plan's weights reshaped, with no copy. Other blocks run the C kernels
+of ``_kernels/sparsenet.c`` (sparse products over the block's edges, and the weight gradient
+at the edges only), compiled on first use (:func:`sknn_gpu._kernels._cpu.cpu_library`);
+without a C compiler, SciPy CSR products and per-edge dot products in NumPy. The sums are
+the same; only their order differs from the evaluation's (rounding, about 1e-16 relative
+per product).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .._backend import SMALL_WORK_BYTES, check_memory
+from .._kernels._cpu import cpu_library
 from ._activations import ACTIVATIONS, activation, activation_derivative, apply_activation, derivative
 
 __all__ = ["forward", "backward"]
@@ -34,15 +37,17 @@ __all__ = ["forward", "backward"]
 # Costs on one core (float64, ns) that pick each block's method per call, from its
 # rectangle (rows x the slots they read), its edges and the batch. A dense product costs
 # DENSE_NS per (row, slot, sample) plus DENSE_CALL_NS (the weights scattered into the
-# rectangle); SciPy's CSR product CSR_NS per (edge, sample) plus CSR_CALL_NS (the block's
-# matrix, built once, given the call's weights); the per-edge weight gradient GATHER_NS per
-# (edge, sample) (two rows gathered per edge, then their dot product) plus GATHER_CALL_NS.
-# For large batches a block
-# is dense from a fill of 20% (forward and back-propagated gradient) and 5% (weight
-# gradient); a small block is dense below that too, where the call costs dominate.
+# rectangle). A sparse product costs ``csr`` per (edge, sample) plus ``csr_call``, the weight
+# gradient at the edges ``gather`` per (edge, sample) plus ``gather_call``: with the C kernels
+# (about 6-9 GFMA/s on one core against BLAS's 20-25: a block is dense from a fill of a
+# third), or with SciPy's CSR product and NumPy's per-edge dot products (two rows gathered
+# per edge; dense from a fill of 20% and 5%). A small block is dense below that too, where
+# the call costs dominate. Measured on the 2-core benchmark host (AMD EPYC, AVX-512).
 DENSE_NS, DENSE_CALL_NS = 0.05, 2_000.0
-CSR_NS, CSR_CALL_NS = 0.25, 4_000.0
-GATHER_NS, GATHER_CALL_NS = 1.0, 5_000.0
+COSTS = {
+    "c": dict(csr=0.15, csr_call=3_000.0, gather=0.15, gather_call=3_000.0),
+    "numpy": dict(csr=0.25, csr_call=4_000.0, gather=1.0, gather_call=5_000.0),
+}
 
 #: Largest dense block (bytes of its rows x slots rectangle); larger levels are cut by rows.
 BLOCK_BYTES = 4 << 20
@@ -129,12 +134,16 @@ class _Block:
 
     ``pos``: each edge's position in the row-major ``(b - a, c1 - c0)`` rectangle (None when
     the edges are the whole rectangle in order: ``full``, or when the block is never dense).
+    ``costs``: an entry of :data:`COSTS` (the C kernels' or NumPy's), which sets the two
+    thresholds.
     ``cut``: the first column that is a computed node (columns before it are inputs, whose
     gradient is not needed). ``dense_up_to`` / ``gradient_dense_up_to``: the largest batch for
     which the forward and back-propagated products / the weight gradient are dense (inf:
-    always). CSR structures (local columns) for the sparse forward product and, transposed over
-    the computed columns, for the back-propagated gradient; edge rows and slots for the
-    per-edge weight gradient (each only where the block can use it).
+    always). Made on the first call that needs them (a block that the batch at hand keeps
+    dense never holds them): the CSR structure (local columns; :meth:`sparse`, which returns
+    its addresses for the C kernels, whose three products all read it); for the SciPy
+    products, that structure transposed over the computed columns (:meth:`transposed`) and
+    edge rows and slots for NumPy's per-edge weight gradient (:meth:`edges`).
     """
 
     __slots__ = (
@@ -158,9 +167,11 @@ class _Block:
         "cols",
         "_csr",
         "_csr_t",
+        "addr",
+        "plan",
     )
 
-    def __init__(self, plan, a, b):
+    def __init__(self, plan, a, b, costs):
         n_in = plan["n_in"]
         self.a, self.b = a, b
         self.ea, self.eb = ea, eb = int(plan["indptr"][a]), int(plan["indptr"][b])
@@ -169,31 +180,54 @@ class _Block:
         n_rows, n_edges = b - a, eb - ea
         self.c0, self.c1 = c0, c1 = int(cols.min()), int(cols.max()) + 1
         span = c1 - c0
-        self.cut = cut = min(max(n_in - c0, 0), span)
+        self.cut = min(max(n_in - c0, 0), span)
         pos = rows * span + (cols - c0)
         rect = n_rows * span
         self.full = n_edges == rect and bool(np.all(pos == np.arange(n_edges)))
         if self.full:
             self.dense_up_to = self.gradient_dense_up_to = np.inf
         else:
-            self.dense_up_to = _dense_up_to(rect, n_edges, CSR_NS, CSR_CALL_NS)
-            self.gradient_dense_up_to = _dense_up_to(rect, n_edges, GATHER_NS, GATHER_CALL_NS)
+            self.dense_up_to = _dense_up_to(rect, n_edges, costs["csr"], costs["csr_call"])
+            self.gradient_dense_up_to = _dense_up_to(rect, n_edges, costs["gather"], costs["gather_call"])
         sometimes = max(self.dense_up_to, self.gradient_dense_up_to) >= 1
-        self.pos = pos if sometimes and not self.full else None
+        if sometimes and not self.full:  # 4 bytes an edge where the rectangle allows
+            self.pos = pos.astype(np.int32) if rect < 2**31 else pos
+        else:
+            self.pos = None
+        self.plan = plan  # the graph's own plan, read by the structures made on first use
         self.indptr = self.indices = self.t_perm = self.t_indices = self.t_indptr = None
-        if self.dense_up_to < np.inf:
-            self.indptr = (plan["indptr"][a : b + 1] - ea).astype(np.int32)
-            self.indices = (cols - c0).astype(np.int32)
-            local = cols - c0
+        self.rows = self.cols = self.addr = None
+        self._csr = self._csr_t = None
+
+    def sparse(self):
+        """Addresses of the CSR structure (made on the first call) for the C kernels."""
+        if self.addr is None:
+            plan, a, ea, eb = self.plan, self.a, self.ea, self.eb
+            self.indptr = (plan["indptr"][a : self.b + 1] - ea).astype(np.int32)
+            self.indices = (plan["indices"][ea:eb] - self.c0).astype(np.int32)
+            self.addr = (self.indptr.ctypes.data, self.indices.ctypes.data)
+        return self.addr
+
+    def transposed(self):
+        """The CSR structure transposed over the computed columns (SciPy's product of the
+        gradient passed back), made on the first call."""
+        if self.t_perm is None:
+            plan, ea, eb, cut = self.plan, self.ea, self.eb, self.cut
+            local = plan["indices"][ea:eb].astype(np.intp) - self.c0
+            rows = plan["row_of_edge"][ea:eb].astype(np.intp) - self.a
             hidden = np.flatnonzero(local >= cut)  # edges from computed nodes, by source slot
-            self.t_perm = hidden[np.argsort(local[hidden], kind="stable")]
+            self.t_perm = hidden[np.argsort(local[hidden], kind="stable")].astype(np.int32)
             self.t_indices = rows[self.t_perm].astype(np.int32)
-            counts = np.bincount(local[self.t_perm] - cut, minlength=span - cut)
+            counts = np.bincount(local[self.t_perm] - cut, minlength=self.c1 - self.c0 - cut)
             self.t_indptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
-        self.rows = self.cols = None
-        if self.gradient_dense_up_to < np.inf:
-            self.rows, self.cols = rows, cols
-        self._csr = self._csr_t = None  # made on first use
+
+    def edges(self):
+        """Each edge's row of the block and slot (NumPy's per-edge weight gradient)."""
+        if self.rows is None:
+            plan = self.plan
+            self.cols = plan["indices"][self.ea : self.eb].astype(np.intp)
+            self.rows = plan["row_of_edge"][self.ea : self.eb].astype(np.intp) - self.a
+        return self.rows, self.cols
 
     def matrix(self, w):
         """The block's weights as a dense ``(rows, slots)`` matrix (a view when ``full``)."""
@@ -209,6 +243,7 @@ class _Block:
     # after the product, so a block holds no weights between calls.
     def csr(self, w):
         if self._csr is None:
+            self.sparse()
             shape = (self.b - self.a, self.c1 - self.c0)
             self._csr = sp.csr_matrix((np.zeros(self.eb - self.ea), self.indices, self.indptr), shape)
         self._csr.data = w[self.ea : self.eb]
@@ -217,6 +252,7 @@ class _Block:
     def csr_t(self, w):
         """The transposed CSR over the computed columns: ``(slots - cut, rows)``."""
         if self._csr_t is None:
+            self.transposed()
             shape = (self.c1 - self.c0 - self.cut, self.b - self.a)
             self._csr_t = sp.csr_matrix((np.zeros(self.t_perm.size), self.t_indices, self.t_indptr), shape)
         self._csr_t.data = w[self.ea : self.eb][self.t_perm]
@@ -235,7 +271,8 @@ _NO_WEIGHTS = np.zeros(0)
 
 
 def _layout(graph):
-    """Training blocks per level, built once per plan and kept with the graph (not pickled).
+    """Training blocks per level, built once per plan (and kernel choice), kept with the graph
+    (not pickled).
 
     Returns a list of ``(r0, r1, blocks, code, unit_response, covered)`` per level: its plan
     rows, its :class:`_Block` list (empty for a level without edges), its one activation code
@@ -243,9 +280,11 @@ def _layout(graph):
     the blocks' products write every row of the level (else its sums start from zero).
     """
     plan = graph.plan
+    lib = cpu_library("sparsenet")
     cached = graph.__dict__.get("_cpu_layout")
-    if cached is not None and cached[0] is plan:
+    if cached is not None and cached[0] is plan and cached[3] is lib:
         return cached[1]
+    costs = COSTS["numpy" if lib is None else "c"]
     lp, indptr, indices = plan["level_ptr"], plan["indptr"], plan["indices"]
     act, resp = plan["act"], plan["resp"]
     levels = []
@@ -258,9 +297,10 @@ def _layout(graph):
             span = int(cols.max()) - int(cols.min()) + 1
             step = r1 - r0
             rect = (r1 - r0) * span
-            if 8 * rect > BLOCK_BYTES and _dense_up_to(rect, e1 - e0, GATHER_NS, GATHER_CALL_NS) >= 1:
+            dense_some = _dense_up_to(rect, e1 - e0, costs["gather"], costs["gather_call"]) >= 1
+            if 8 * rect > BLOCK_BYTES and dense_some:
                 step = max(1, BLOCK_BYTES // (8 * span))  # dense for some batch: cut by rows
-            blocks = [_Block(plan, a, min(a + step, r1)) for a in range(r0, r1, step)]
+            blocks = [_Block(plan, a, min(a + step, r1), costs) for a in range(r0, r1, step)]
             covered = all(blk.eb > blk.ea for blk in blocks)  # a cut without edges has no product
             blocks = [blk for blk in blocks if blk.eb > blk.ea]
         codes = act[r0:r1]
@@ -269,7 +309,7 @@ def _layout(graph):
     # the output nodes' rows of the gradient: set, not added, when each is a distinct computed node
     rows = plan["out_slots"].astype(np.intp) - plan["n_in"]
     distinct = rows.size == np.unique(rows).size and (rows.size == 0 or int(rows.min()) >= 0)
-    graph._cpu_layout = (plan, levels, rows if distinct else None)
+    graph._cpu_layout = (plan, levels, rows if distinct else None, lib)
     return levels
 
 
@@ -289,19 +329,48 @@ def _activate_in_place(code, z, codes, slope):
         z[...] = activation(code, z, slope)
 
 
+def _c_ready(w, *arrays):
+    """``w`` as the C kernels read it (contiguous float64), after checking that the node-value
+    matrices they write into are too (they are made here, so this only guards the code)."""
+    for a in arrays:
+        if a.dtype != np.float64 or not a.flags.c_contiguous:
+            raise AssertionError("the C kernels need contiguous float64 node values")
+    return np.ascontiguousarray(w, dtype=np.float64)
+
+
 def _forward_blocks(graph, V, w, b):
     """Fill the computed rows of ``V`` (inputs already in place) level by level; each level's
     sums are made in its rows of ``V`` (a level reads only earlier slots) and activated there."""
     plan = graph.plan
     n_in, resp, act = plan["n_in"], plan["resp"], plan["act"]
-    for r0, r1, blocks, code, unit, covered in _layout(graph):
+    levels = _layout(graph)
+    lib = graph._cpu_layout[3]
+    B = V.shape[1]
+    if lib is not None:
+        w = _c_ready(w, V)
+        v_addr, w_addr, row = V.ctypes.data, w.ctypes.data, 8 * B
+    for r0, r1, blocks, code, unit, covered in levels:
         z = V[n_in + r0 : n_in + r1]
         if not covered:
             z.fill(0.0)
         for blk in blocks:
             Vs, out = V[blk.c0 : blk.c1], z[blk.a - r0 : blk.b - r0]
-            if z.shape[1] <= blk.dense_up_to:
+            if B <= blk.dense_up_to:
                 np.matmul(blk.matrix(w), Vs, out=out)
+            elif lib is not None:
+                addr = blk.sparse()
+                lib.spmm(
+                    blk.b - blk.a,
+                    addr[0],
+                    addr[1],
+                    w_addr + 8 * blk.ea,
+                    v_addr + row * blk.c0,
+                    B,
+                    v_addr + row * (n_in + blk.a),
+                    B,
+                    B,
+                    0,
+                )
             else:
                 out[...] = blk.product(blk.csr(w), Vs)
         if not unit:
@@ -342,7 +411,7 @@ def backward(graph, V, G_out, w, executor="auto"):
     n_comp = plan["nodes"].size
     B = V.shape[1]
     levels = _layout(graph)
-    out_rows = graph._cpu_layout[2]
+    out_rows, lib = graph._cpu_layout[2], graph._cpu_layout[3]
     G = np.zeros((n_comp, B))  # dL/d(node value), complete for a level once later levels ran
     if out_rows is not None:
         G[out_rows] = G_out
@@ -352,6 +421,10 @@ def backward(graph, V, G_out, w, executor="auto"):
     gb = np.empty(n_comp)
     resp, act = plan["resp"], plan["act"]
     step = max(1, GATHER_BYTES // (16 * max(B, 1)))
+    if lib is not None:
+        w = _c_ready(w, V, G)
+        v_addr, g_addr, row = V.ctypes.data, G.ctypes.data, 8 * B
+        gw_addr, w_addr = gw.ctypes.data, w.ctypes.data
     for r0, r1, blocks, code, unit, _ in reversed(levels):
         f = V[n_in + r0 : n_in + r1]
         # the level's rows of G are complete and read no more: D (dL/d(sum)) is made over them
@@ -371,16 +444,42 @@ def backward(graph, V, G_out, w, executor="auto"):
                 np.matmul(Db, Vs.T, out=gw[blk.ea : blk.eb].reshape(Db.shape[0], -1))
             elif B <= blk.gradient_dense_up_to:
                 np.take((Db @ Vs.T).ravel(), blk.pos, out=gw[blk.ea : blk.eb])
+            elif lib is not None:
+                addr = blk.sparse()
+                lib.sddmm(
+                    blk.b - blk.a,
+                    addr[0],
+                    addr[1],
+                    g_addr + row * blk.a,
+                    B,
+                    v_addr + row * blk.c0,
+                    B,
+                    B,
+                    gw_addr + 8 * blk.ea,
+                )
             else:
+                rows, cols = blk.edges()
                 for k0 in range(0, blk.eb - blk.ea, step):
                     k1 = min(blk.eb - blk.ea, k0 + step)
-                    gw[blk.ea + k0 : blk.ea + k1] = np.einsum(
-                        "ij,ij->i", Db[blk.rows[k0:k1]], V[blk.cols[k0:k1]]
-                    )
+                    gw[blk.ea + k0 : blk.ea + k1] = np.einsum("ij,ij->i", Db[rows[k0:k1]], V[cols[k0:k1]])
             if blk.cut < blk.c1 - blk.c0:  # the block reads hidden nodes: pass their gradient on
                 target = G[blk.c0 + blk.cut - n_in : blk.c1 - n_in]
                 if B <= blk.dense_up_to:
                     target += blk.matrix(w)[:, blk.cut :].T @ Db
+                elif lib is not None:
+                    addr = blk.sparse()
+                    lib.spmm_t(
+                        blk.b - blk.a,
+                        addr[0],
+                        addr[1],
+                        w_addr + 8 * blk.ea,
+                        g_addr + row * blk.a,
+                        B,
+                        g_addr + row * (blk.c0 + blk.cut - n_in),
+                        B,
+                        B,
+                        blk.cut,
+                    )
                 else:
                     target += blk.product(blk.csr_t(w), Db)
     return gw, gb
