@@ -16,9 +16,13 @@ fastest peer. Build time: our level plan vs neat-python's ``create``. Training:
 SparseNetRegressor('prune', density 0.1) vs scikit-learn's MLPRegressor on friedman1.
 ``--cpu-train``: CPU fit time only, ours vs MLPRegressor on the same layered topology, data,
 epochs and minibatches (friedman1, and digits upsampled to 784 inputs), on one BLAS thread
-and on the machine's default; ours also on 30% and 10% of the hidden layers' edges. Medians
-of rounds of one fit of each (a burst of load on a shared machine falls on all rows alike).
-Its floor is the training's multiply-adds at the measured float64 GEMM rate of the process.
+and on the machine's default; ours also on 30% and 10% of the hidden layers' edges, and at
+10% with the C kernels switched off (the SciPy/NumPy code that runs without a C compiler).
+Medians of rounds of one fit of each (a burst of load on a shared machine falls on all rows
+alike). Its floor is the training's multiply-adds at the measured float64 GEMM rate of the
+process. Before them, one thread: the three products of a training step for a 100 x 784
+block (batch 200) at 10%, 30% and 100% of its edges: the C kernels against BLAS's dense
+product and SciPy's CSR product / NumPy's per-edge dot products.
 
 Floor: the compulsory traffic (edge weights and indices once, every node value written
 once and read once) at 3.0 TB/s, plus one 7 µs launch (fused) or one per level.
@@ -688,6 +692,75 @@ def _train_flops(g, n_rows, epochs):
     return 2.0 * epochs * n_rows * (2 * g.n_active_edges + hidden_src)
 
 
+def cpu_product_tables(args):
+    """One thread: a training step's three products for one 100 x 784 block at batch 200, by
+    the C kernels (`_kernels/sparsenet.c`), BLAS on the dense matrix (zeros where no edge)
+    and SciPy's CSR product / NumPy's per-edge dot products (the fallback)."""
+    import scipy.sparse as sp
+    from threadpoolctl import threadpool_limits
+
+    from sknn_gpu._kernels._cpu import cpu_kernels_status, cpu_library
+
+    lib = cpu_library("sparsenet")
+    print(f"C kernels: {cpu_kernels_status()}\n")
+    rows, cols, B = 100, 784, 200
+    repeat = 20 if args.quick else 100
+    rng = np.random.default_rng(0)
+    X, D = rng.normal(size=(cols, B)), rng.normal(size=(rows, B))
+    x_addr, d_addr = X.ctypes.data, D.ctypes.data
+    for density in (0.1, 0.3, 1.0):
+        M = sp.random(rows, cols, density=density, format="csr", random_state=0)
+        M.indptr, M.indices = M.indptr.astype(np.int32), M.indices.astype(np.int32)
+        W, nnz = M.toarray(), M.nnz
+        rr = np.repeat(np.arange(rows), np.diff(M.indptr))
+        out, g = np.empty((rows, B)), np.empty(nnz)
+        ptr, ind, w = M.indptr.ctypes.data, M.indices.ctypes.data, M.data.ctypes.data
+        t = Table(
+            f"CPU sparse products, {rows} x {cols} block, {density:.0%} of its edges ({nnz:,}), "
+            f"batch {B}, 1 thread",
+            baseline="BLAS dense W @ V",
+        )
+        fmas = nnz * B
+
+        def rate(sec):
+            return f"{fmas / sec / 1e9:.1f} G multiply-adds/s at the edges"
+
+        with threadpool_limits(limits=1):
+            cases = [
+                ("BLAS dense W @ V", "forward", lambda: W @ X, True),
+                ("SciPy CSR W @ V", "forward", lambda: M @ X, False),
+                ("BLAS dense D @ V.T (gradient, every entry)", "weight gradient", lambda: D @ X.T, True),
+                (
+                    "NumPy per-edge dot products (gradient)",
+                    "weight gradient",
+                    lambda: np.einsum("ij,ij->i", D[rr], X[M.indices]),
+                    False,
+                ),
+            ]
+            if lib is not None:
+                cases.insert(
+                    2,
+                    (
+                        "ours: C spmm",
+                        "forward",
+                        lambda: lib.spmm(rows, ptr, ind, w, x_addr, B, out.ctypes.data, B, B, 0, 1),
+                        False,
+                    ),
+                )
+                cases.append(
+                    (
+                        "ours: C sddmm (gradient at the edges)",
+                        "weight gradient",
+                        lambda: lib.sddmm(rows, ptr, ind, d_addr, B, x_addr, B, B, g.ctypes.data, 1),
+                        False,
+                    )
+                )
+            for name, what, fn, peer in cases:
+                sec = time_cpu(fn, repeat=repeat, warmup=3)
+                t.add(name, "cpu", sec, note=f"{what}; {rate(sec)}; median of {repeat}", peer=peer)
+        t.print()
+
+
 def _cpu_train_workloads(quick):
     from scipy.ndimage import zoom
     from sklearn.datasets import load_digits, make_friedman1
@@ -718,6 +791,8 @@ def cpu_training_tables(args):
     from sklearn.metrics import r2_score
     from sklearn.neural_network import MLPRegressor
     from threadpoolctl import threadpool_info, threadpool_limits
+
+    from sknn_gpu._kernels._cpu import DISABLE_ENV
 
     repeat = 3 if args.quick else 5
     lr, alpha, bs = 1e-3, 1e-4, 200
@@ -757,11 +832,25 @@ def cpu_training_tables(args):
                     ours.append(
                         (f"ours, {density:.0%} of the hidden layers' edges (random) as a SparseGraph", g, {})
                     )
+                ours.append(
+                    (
+                        "ours, 10% as above, C kernels off (SciPy/NumPy: no C compiler)",
+                        g,
+                        {DISABLE_ENV: "1"},
+                    )
+                )
                 for name, topo, kw in ours:
 
                     def fit_ours(topo=topo, kw=kw):
-                        reg = SparseNetRegressor(topo, random_state=0, device="cpu", **common, **kw)
-                        return reg.fit(X, y)
+                        kw = dict(kw)
+                        off = kw.pop(DISABLE_ENV, None)
+                        if off:
+                            os.environ[DISABLE_ENV] = off
+                        try:
+                            reg = SparseNetRegressor(topo, random_state=0, device="cpu", **common, **kw)
+                            return reg.fit(X, y)
+                        finally:
+                            os.environ.pop(DISABLE_ENV, None)
 
                     rows.append((name, fit_ours, topo))
                 with warnings.catch_warnings():
@@ -804,6 +893,7 @@ def main(argv=None):
     if cpu_train:
         print(f"{time.strftime('%Y-%m-%d')} · {os.cpu_count()}-core CPU, no GPU used · {command}\n")
         print(environment_header() + "\n")
+        cpu_product_tables(args)
         cpu_training_tables(args)
         return
     print(environment_header() + "\n")

@@ -489,6 +489,25 @@ def test_training_blocks_match_the_definition(
     assert "_cpu_layout" not in state and "_cpu_layout" in g.__dict__  # kept, never pickled
 
 
+def test_dense_products_count_the_blas_threads(monkeypatch, rng):
+    """A dense product runs on the BLAS threads and the sparse kernels on one: with more
+    threads a block stays dense up to a larger batch, and the layout follows the limit."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert _graph_cpu._blas_threads() == 1
+    g = _layered([60, 40, 40, 3], 0.3, rng)
+    sparse_blocks = []
+    for threads in (1, 4):
+        monkeypatch.setattr(_graph_cpu, "_blas_threads", lambda threads=threads: threads)
+        levels = _graph_cpu._layout(g)
+        assert g._cpu_layout[4] == threads
+        sparse_blocks.append([blk.dense_up_to for level in levels for blk in level[2] if not blk.full])
+    one, four = sparse_blocks
+    assert len(one) == len(four) > 0
+    assert all(b4 >= b1 for b1, b4 in zip(one, four)) and any(b4 > b1 for b1, b4 in zip(one, four))
+
+
 # ----------------------------------------------------------------------------- layout (issue 12)
 def test_engines_have_the_same_functions_and_signatures():
     import inspect

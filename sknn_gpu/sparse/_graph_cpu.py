@@ -34,15 +34,18 @@ from ._activations import ACTIVATIONS, activation, activation_derivative, apply_
 
 __all__ = ["forward", "backward"]
 
-# Costs on one core (float64, ns) that pick each block's method per call, from its
-# rectangle (rows x the slots they read), its edges and the batch. A dense product costs
-# DENSE_NS per (row, slot, sample) plus DENSE_CALL_NS (the weights scattered into the
-# rectangle). A sparse product costs ``csr`` per (edge, sample) plus ``csr_call``, the weight
-# gradient at the edges ``gather`` per (edge, sample) plus ``gather_call``: with the C kernels
-# (about 6-9 GFMA/s on one core against BLAS's 20-25: a block is dense from a fill of a
-# third), or with SciPy's CSR product and NumPy's per-edge dot products (two rows gathered
-# per edge; dense from a fill of 20% and 5%). A small block is dense below that too, where
-# the call costs dominate. Measured on the 2-core benchmark host (AMD EPYC, AVX-512).
+# Costs (float64, ns) that pick each block's method per call, from its rectangle (rows x the
+# slots they read), its edges and the batch. A dense product costs DENSE_NS per (row, slot,
+# sample) on one core, divided by the BLAS threads it runs on (:func:`_blas_threads`), plus
+# DENSE_CALL_NS (the weights scattered into the rectangle). A sparse product costs ``csr``
+# per (edge, sample) plus ``csr_call``, the weight gradient at the edges ``gather`` per
+# (edge, sample) plus ``gather_call``: with the C kernels, on one core and divided by the
+# threads too (they split large products over the BLAS threads; a block is dense from a
+# fill of about a third), or with SciPy's CSR product and NumPy's per-edge dot products on
+# one core whatever the threads (two rows gathered per edge; dense from a fill of 20% and 5%
+# on one thread). A small block is dense below that too, where the call costs
+# dominate. The per-entry rates behind them: ``benchmarks/bench_sparsenet.py --cpu-train``
+# (its first tables), on the 2-core benchmark host.
 DENSE_NS, DENSE_CALL_NS = 0.05, 2_000.0
 COSTS = {
     "c": dict(csr=0.15, csr_call=3_000.0, gather=0.15, gather_call=3_000.0),
@@ -120,13 +123,33 @@ def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_
 
 
 # --------------------------------------------------------------------------- training blocks
-def _dense_up_to(rect, n_edges, edge_ns, call_ns):
+def _blas_threads():
+    """Threads of the BLAS that NumPy's products use, now (under any ``threadpool_limits``):
+    dense products run on them, and the C kernels split large products over as many. About
+    4 us a query; the controller (1-2 ms) is made on first use."""
+    global _controller
+    try:
+        if _controller is None:
+            from threadpoolctl import ThreadpoolController  # installed with scikit-learn
+
+            _controller = ThreadpoolController()
+        counts = [lib.get_num_threads() for lib in _controller.select(user_api="blas").lib_controllers]
+    except Exception:  # no threadpoolctl, or a BLAS it cannot ask: count one thread
+        return 1
+    return max([1, *[c for c in counts if c]])
+
+
+_controller = None
+
+
+def _dense_up_to(rect, n_edges, costs, kind):
     """Largest batch for which a dense product over ``rect`` entries costs no more than the
-    sparse method (``edge_ns`` per edge and sample, ``call_ns`` per call): inf, or >= 0."""
-    extra = rect * DENSE_NS - n_edges * edge_ns  # ns per sample the dense product spends more
-    if extra <= 0:
+    sparse method ``kind`` ('csr' or 'gather' of ``costs``: ns per edge and sample, and per
+    call), each on its threads: inf, or >= 0."""
+    extra = rect * DENSE_NS / costs["threads"] - n_edges * costs[kind] / costs["sparse_threads"]
+    if extra <= 0:  # (ns per sample that the dense product spends more)
         return np.inf
-    return max(0.0, (call_ns - DENSE_CALL_NS) / extra)
+    return max(0.0, (costs[kind + "_call"] - DENSE_CALL_NS) / extra)
 
 
 class _Block:
@@ -187,8 +210,8 @@ class _Block:
         if self.full:
             self.dense_up_to = self.gradient_dense_up_to = np.inf
         else:
-            self.dense_up_to = _dense_up_to(rect, n_edges, costs["csr"], costs["csr_call"])
-            self.gradient_dense_up_to = _dense_up_to(rect, n_edges, costs["gather"], costs["gather_call"])
+            self.dense_up_to = _dense_up_to(rect, n_edges, costs, "csr")
+            self.gradient_dense_up_to = _dense_up_to(rect, n_edges, costs, "gather")
         sometimes = max(self.dense_up_to, self.gradient_dense_up_to) >= 1
         if sometimes and not self.full:  # 4 bytes an edge where the rectangle allows
             self.pos = pos.astype(np.int32) if rect < 2**31 else pos
@@ -271,8 +294,8 @@ _NO_WEIGHTS = np.zeros(0)
 
 
 def _layout(graph):
-    """Training blocks per level, built once per plan (and kernel choice), kept with the graph
-    (not pickled).
+    """Training blocks per level, built once per plan, kernel choice and BLAS thread count (a
+    dense product's cost depends on it), kept with the graph (not pickled).
 
     Returns a list of ``(r0, r1, blocks, code, unit_response, covered)`` per level: its plan
     rows, its :class:`_Block` list (empty for a level without edges), its one activation code
@@ -281,10 +304,14 @@ def _layout(graph):
     """
     plan = graph.plan
     lib = cpu_library("sparsenet")
+    threads = _blas_threads()
     cached = graph.__dict__.get("_cpu_layout")
-    if cached is not None and cached[0] is plan and cached[3] is lib:
+    if cached is not None and cached[0] is plan and cached[3] is lib and cached[4] == threads:
         return cached[1]
-    costs = COSTS["numpy" if lib is None else "c"]
+    # the C kernels split large products over the same threads as BLAS; SciPy's run on one
+    costs = dict(
+        COSTS["numpy" if lib is None else "c"], threads=threads, sparse_threads=1 if lib is None else threads
+    )
     lp, indptr, indices = plan["level_ptr"], plan["indptr"], plan["indices"]
     act, resp = plan["act"], plan["resp"]
     levels = []
@@ -297,7 +324,7 @@ def _layout(graph):
             span = int(cols.max()) - int(cols.min()) + 1
             step = r1 - r0
             rect = (r1 - r0) * span
-            dense_some = _dense_up_to(rect, e1 - e0, costs["gather"], costs["gather_call"]) >= 1
+            dense_some = _dense_up_to(rect, e1 - e0, costs, "gather") >= 1
             if 8 * rect > BLOCK_BYTES and dense_some:
                 step = max(1, BLOCK_BYTES // (8 * span))  # dense for some batch: cut by rows
             blocks = [_Block(plan, a, min(a + step, r1), costs) for a in range(r0, r1, step)]
@@ -309,7 +336,7 @@ def _layout(graph):
     # the output nodes' rows of the gradient: set, not added, when each is a distinct computed node
     rows = plan["out_slots"].astype(np.intp) - plan["n_in"]
     distinct = rows.size == np.unique(rows).size and (rows.size == 0 or int(rows.min()) >= 0)
-    graph._cpu_layout = (plan, levels, rows if distinct else None, lib)
+    graph._cpu_layout = (plan, levels, rows if distinct else None, lib, threads)
     return levels
 
 
@@ -344,7 +371,7 @@ def _forward_blocks(graph, V, w, b):
     plan = graph.plan
     n_in, resp, act = plan["n_in"], plan["resp"], plan["act"]
     levels = _layout(graph)
-    lib = graph._cpu_layout[3]
+    lib, threads = graph._cpu_layout[3], graph._cpu_layout[4]
     B = V.shape[1]
     if lib is not None:
         w = _c_ready(w, V)
@@ -370,6 +397,7 @@ def _forward_blocks(graph, V, w, b):
                     B,
                     B,
                     0,
+                    threads,
                 )
             else:
                 out[...] = blk.product(blk.csr(w), Vs)
@@ -411,7 +439,7 @@ def backward(graph, V, G_out, w, executor="auto"):
     n_comp = plan["nodes"].size
     B = V.shape[1]
     levels = _layout(graph)
-    out_rows, lib = graph._cpu_layout[2], graph._cpu_layout[3]
+    out_rows, lib, threads = graph._cpu_layout[2], graph._cpu_layout[3], graph._cpu_layout[4]
     G = np.zeros((n_comp, B))  # dL/d(node value), complete for a level once later levels ran
     if out_rows is not None:
         G[out_rows] = G_out
@@ -456,6 +484,7 @@ def backward(graph, V, G_out, w, executor="auto"):
                     B,
                     B,
                     gw_addr + 8 * blk.ea,
+                    threads,
                 )
             else:
                 rows, cols = blk.edges()
@@ -479,6 +508,7 @@ def backward(graph, V, G_out, w, executor="auto"):
                         B,
                         B,
                         blk.cut,
+                        threads,
                     )
                 else:
                     target += blk.product(blk.csr_t(w), Db)
