@@ -293,9 +293,11 @@ class _Block:
 _NO_WEIGHTS = np.zeros(0)
 
 
-def _layout(graph):
+def _layout(graph, again=False):
     """Training blocks per level, built once per plan, kernel choice and BLAS thread count (a
-    dense product's cost depends on it), kept with the graph (not pickled).
+    dense product's cost depends on it), kept with the graph (not pickled). ``again``: the
+    layout the forward pass of this step just used, without asking for the thread count and
+    the kernels anew (the backward pass; a new plan still rebuilds it).
 
     Returns a list of ``(r0, r1, blocks, code, unit_response, covered)`` per level: its plan
     rows, its :class:`_Block` list (empty for a level without edges), its one activation code
@@ -303,9 +305,11 @@ def _layout(graph):
     the blocks' products write every row of the level (else its sums start from zero).
     """
     plan = graph.plan
+    cached = graph.__dict__.get("_cpu_layout")
+    if again and cached is not None and cached[0] is plan:
+        return cached[1]
     lib = cpu_library("sparsenet")
     threads = _blas_threads()
-    cached = graph.__dict__.get("_cpu_layout")
     if cached is not None and cached[0] is plan and cached[3] is lib and cached[4] == threads:
         return cached[1]
     # the C kernels split large products over the same threads as BLAS; SciPy's run on one
@@ -438,7 +442,7 @@ def backward(graph, V, G_out, w, executor="auto"):
     n_in = plan["n_in"]
     n_comp = plan["nodes"].size
     B = V.shape[1]
-    levels = _layout(graph)
+    levels = _layout(graph, again=True)
     out_rows, lib, threads = graph._cpu_layout[2], graph._cpu_layout[3], graph._cpu_layout[4]
     G = np.zeros((n_comp, B))  # dL/d(node value), complete for a level once later levels ran
     if out_rows is not None:
