@@ -166,6 +166,20 @@ def test_compiled_once_then_read_from_the_cache(fresh_loader, monkeypatch):
     assert again == built[0]
 
 
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX ownership and modes")
+def test_a_cache_folder_others_can_write_is_not_used(fresh_loader, monkeypatch, tmp_path):
+    """A library is loaded from the cache: a folder whose parent anyone may write (a shared
+    /tmp-like place) is passed over for the next candidate."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("SKNN_GPU_CACHE_DIR", str(shared))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert _cpu._cache_dir() == tmp_path / "xdg" / "sknn_gpu" / "cpu_kernels"
+    shared.chmod(0o755)
+    assert _cpu._cache_dir() == shared / "cpu_kernels"
+
+
 def test_disabled_by_the_environment(fresh_loader, monkeypatch):
     monkeypatch.setenv(_cpu.DISABLE_ENV, "1")
     assert _cpu.cpu_library("sparsenet") is None

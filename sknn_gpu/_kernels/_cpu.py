@@ -89,12 +89,16 @@ def _cpu_identity() -> str:
 
 
 def _private_dir(path: Path) -> Path | None:
-    """``path`` created if needed; None unless it is a folder this user owns and can write."""
+    """``path`` created if needed; None unless it and the folder holding it are this user's
+    (a library is loaded from there: nobody else may be able to replace it) and writable."""
     try:
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        st = path.stat()
-        if hasattr(os, "getuid") and st.st_uid != os.getuid():
-            return None
+        if hasattr(os, "getuid"):
+            # this user's own: nobody else may write the folder, nobody outside the group its parent
+            for folder, others in ((path, 0o022), (path.parent, 0o002)):
+                st = folder.stat()
+                if st.st_uid != os.getuid() or st.st_mode & others:
+                    return None
         return path if os.access(path, os.W_OK) else None
     except OSError:
         return None

@@ -157,8 +157,8 @@ class _Block:
 
     ``pos``: each edge's position in the row-major ``(b - a, c1 - c0)`` rectangle (None when
     the edges are the whole rectangle in order: ``full``, or when the block is never dense).
-    ``costs``: an entry of :data:`COSTS` (the C kernels' or NumPy's), which sets the two
-    thresholds.
+    ``costs`` (the layout's: an entry of :data:`COSTS`, the C kernels' or NumPy's, with the
+    thread counts) sets the two thresholds.
     ``cut``: the first column that is a computed node (columns before it are inputs, whose
     gradient is not needed). ``dense_up_to`` / ``gradient_dense_up_to``: the largest batch for
     which the forward and back-propagated products / the weight gradient are dense (inf:
