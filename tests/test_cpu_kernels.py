@@ -110,6 +110,18 @@ def test_sddmm_is_the_product_at_the_edges(lib, n, rng):
     np.testing.assert_allclose(g, (D @ V.T)[rows, M.indices], rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("n, m", [(1, 1), (7, 65), (200, 784), (13, 130)])
+def test_gather_t_lays_rows_out_node_major(lib, n, m, rng):
+    src = rng.normal(size=(n + 5, m + 3))  # a row stride longer than the values read
+    rows = rng.integers(0, n + 5, size=n).astype(np.int64)
+    dst = np.full((m, n + 2), np.nan)
+    lib.gather_t(n, m, src.ctypes.data, m + 3, rows.ctypes.data, dst.ctypes.data, n + 2)
+    np.testing.assert_array_equal(dst[:, :n], src[rows, :m].T)
+    assert np.isnan(dst[:, n:]).all()  # nothing written past the batch
+    lib.gather_t(n, m, src.ctypes.data, m + 3, None, dst.ctypes.data, n + 2)
+    np.testing.assert_array_equal(dst[:, :n], src[:n, :m].T)
+
+
 def _three_products(lib, M, X, D, out0, n_threads):
     """spmm (added to out0), spmm_t (cut 50) and sddmm of M with n_threads."""
     n = X.shape[1]

@@ -489,6 +489,24 @@ def test_training_blocks_match_the_definition(
     assert "_cpu_layout" not in state and "_cpu_layout" in g.__dict__  # kept, never pickled
 
 
+def test_training_forward_of_rows_is_the_forward_of_those_rows(sparse_kernels, rng):
+    """``rows=`` (the minibatch gathered into the node values) gives what ``X[rows]`` gives,
+    in training and in evaluation; out-of-range rows are refused."""
+    g = BLOCK_GRAPHS["30% layers"](rng)
+    X = rng.normal(size=(40, g.n_inputs))
+    rows = rng.permutation(40)[:13]
+    out, V = _graph_cpu.forward(g, X, keep_values=True, rows=rows)
+    ref_out, ref_V = _graph_cpu.forward(g, X[rows], keep_values=True)
+    np.testing.assert_array_equal(V, ref_V)
+    np.testing.assert_array_equal(out, ref_out)
+    np.testing.assert_array_equal(_graph_cpu.forward(g, X, rows=rows), _graph_cpu.forward(g, X[rows]))
+    Xf = np.asfortranarray(X)  # not C-contiguous: the NumPy gather
+    np.testing.assert_array_equal(_graph_cpu.forward(g, Xf, keep_values=True, rows=rows)[1], ref_V)
+    for bad in ([40], [-1], [[1, 2]]):
+        with pytest.raises(IndexError, match="rows must be a 1-D array of row indices of X"):
+            _graph_cpu.forward(g, X, rows=np.array(bad))
+
+
 def test_dense_products_count_the_blas_threads(monkeypatch, rng):
     """A dense product runs on the BLAS threads and the sparse kernels on one: with more
     threads a block stays dense up to a larger batch, and the layout follows the limit."""

@@ -46,6 +46,7 @@ _SIGNATURES = {
         "spmm": [_I64, _P, _P, _P, _P, _I64, _P, _I64, _I64, _I32, _I32],
         "spmm_t": [_I64, _P, _P, _P, _P, _I64, _P, _I64, _I64, _I32, _I32],
         "sddmm": [_I64, _P, _P, _P, _I64, _P, _I64, _I64, _P, _I32],
+        "gather_t": [_I64, _I64, _P, _I64, _P, _P, _I64],
     },
 }
 _BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=c99", "-pthread")

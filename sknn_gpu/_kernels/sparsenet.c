@@ -13,6 +13,8 @@
  *   sddmm   g[e] = sum over k of D[row(e), k] * V[idx[e], k]
  *           (the weight gradient at the edges only: a dense product would make every entry
  *           of the rows x slots rectangle and keep a few)
+ *   gather_t  dst[j, b] = src[rows[b], j] (or src[b, j] without rows): a minibatch's input
+ *           rows, picked from the training data and laid out node-major in one pass
  *
  * spmm and spmm_t walk the batch in slices of 32 values, every row per slice, so that the
  * slice of the rows they read stays in the core's cache (784 inputs x 32 values = 200 KiB);
@@ -226,4 +228,21 @@ void sddmm(int64_t n_rows, const int32_t *indptr, const int32_t *idx, const doub
     for (int i = 0; i < t; ++i) parts[i] = base;
     split_rows(parts, t, n_rows, indptr);
     run_parts(sddmm_part, parts, t);
+}
+
+/* dst[j, b] = src[rows ? rows[b] : b, j] for b < n, j < m, in tiles of 8 rows x 64 values
+ * (the 8 rows' pieces read in order, each value written into 8-value runs of dst). */
+void gather_t(int64_t n, int64_t m, const double *src, int64_t lds, const int64_t *rows, double *dst,
+              int64_t ldd)
+{
+    for (int64_t b0 = 0; b0 < n; b0 += 8) {
+        const int64_t b1 = b0 + 8 < n ? b0 + 8 : n;
+        for (int64_t j0 = 0; j0 < m; j0 += 64) {
+            const int64_t j1 = j0 + 64 < m ? j0 + 64 : m;
+            for (int64_t b = b0; b < b1; ++b) {
+                const double *s = src + (rows ? rows[b] : b) * lds;
+                for (int64_t j = j0; j < j1; ++j) dst[j * ldd + b] = s[j];
+            }
+        }
+    }
 }

@@ -72,8 +72,8 @@ def _level_matrix(plan, w, level, n_slots):
     )
 
 
-def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_finite=False):
-    """Evaluate ``graph`` on NumPy ``X`` (n_samples, n_inputs), float64.
+def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_finite=False, rows=None):
+    """Evaluate ``graph`` on NumPy ``X`` (n_samples, n_inputs), float64, or on its ``rows``.
 
     Parameters
     ----------
@@ -92,13 +92,20 @@ def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_
         depend on the batch.
     check_finite : bool, default=False
         Raise ValueError when ``X`` holds NaN or infinity.
+    rows : 1-D integer array, optional
+        Evaluate ``X[rows]`` (a minibatch of the training data), which is then never made:
+        the rows are gathered straight into the node values.
 
     Returns
     -------
     out : ndarray of shape (n_samples, n_outputs)
         Output node values; ``(out, V)`` when ``keep_values``.
     """
-    if check_finite and not np.all(np.isfinite(X)):
+    if rows is not None:
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        if rows.ndim != 1 or (rows.size and (int(rows.min()) < 0 or int(rows.max()) >= X.shape[0])):
+            raise IndexError(f"rows must be a 1-D array of row indices of X (0 to {X.shape[0] - 1}).")
+    if check_finite and not np.all(np.isfinite(X if rows is None else X[rows])):
         raise ValueError("X contains NaN or infinite values.")
     plan = graph.plan
     if w is None or b is None:
@@ -107,10 +114,10 @@ def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_
         b = pb if b is None else b
     n_in = plan["n_in"]
     n_slots = n_in + plan["nodes"].size
-    B = X.shape[0]
+    B = X.shape[0] if rows is None else rows.size
     check_memory(8 * n_slots * B, "cpu", "SparseGraph forward (node values)", floor=SMALL_WORK_BYTES)
     V = np.empty((n_slots, B), dtype=np.float64)
-    V[:n_in] = X.T
+    _put_inputs(V, X, rows)
     if keep_values:
         _forward_blocks(graph, V, w, b)
         return V[plan["out_slots"]].T.copy(), V
@@ -120,6 +127,19 @@ def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_
         z = b[r0:r1, None] + resp[r0:r1, None] * (A @ V)
         V[n_in + r0 : n_in + r1] = apply_activation(act[r0:r1], z, graph.slope)
     return V[plan["out_slots"]].T.copy()
+
+
+def _put_inputs(V, X, rows):
+    """``V[:n_inputs] = X[rows].T`` (``X.T`` without ``rows``): one pass of the C kernel
+    ``gather_t`` where it is compiled, else NumPy's gather and transposed copy."""
+    lib = cpu_library("sparsenet")
+    if lib is not None and X.dtype == np.float64 and X.flags.c_contiguous:
+        B, n_in = V.shape[1], X.shape[1]
+        lib.gather_t(
+            B, n_in, X.ctypes.data, n_in, None if rows is None else rows.ctypes.data, V.ctypes.data, B
+        )
+    else:
+        V[: X.shape[1]] = (X if rows is None else X[rows]).T
 
 
 # --------------------------------------------------------------------------- training blocks

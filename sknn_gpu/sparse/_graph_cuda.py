@@ -62,15 +62,18 @@ def _wait_checked(d):
         raise ValueError("X contains NaN or infinite values.")
 
 
-def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_finite=False):
+def forward(graph, X, executor="auto", w=None, b=None, keep_values=False, check_finite=False, rows=None):
     """Our kernels: evaluate ``graph`` on CuPy ``X`` (n_samples, n_inputs), float64.
 
     ``keep_values`` also returns the node values ``V`` (n_slots, n_samples) for the
     backward pass. ``check_finite`` lets the kernels flag a non-finite input, waits for
     them and raises ValueError (the public :meth:`SparseGraph.forward` uses it; it
-    replaces a separate reduction over ``X``).
+    replaces a separate reduction over ``X``). ``rows``: evaluate ``X[rows]`` (a
+    minibatch of the training data).
     """
     cp = get_cupy()
+    if rows is not None:
+        X = X[rows]
     if X.dtype != cp.float64 or not X.flags.c_contiguous:
         X = cp.ascontiguousarray(X, dtype=cp.float64)
     B = X.shape[0]

@@ -847,8 +847,8 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                     if B == 0.0:
                         continue  # all weights zero: nothing to learn from this batch
                 idx = xp.asarray(idx)
-                Xb, yb = Xd[idx], yd[idx]
-                out, cache = model.forward(Xb, keep=True)
+                yb = yd[idx]
+                out, cache = model.forward(Xd, keep=True, rows=idx)  # X[idx], gathered where it is used
                 diff = out - yb
                 if sw is None:
                     G = diff / (B * n_out)

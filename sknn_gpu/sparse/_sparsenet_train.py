@@ -57,8 +57,8 @@ class DenseMasked:
         self.whole = [True] * len(masks)
         self.weight_index = list(range(0, len(params), 2))
 
-    def forward(self, X, keep=False):
-        acts = [X]
+    def forward(self, X, keep=False, rows=None):
+        acts = [X if rows is None else X[rows]]
         n_layers = len(self.masks)
         for k in range(n_layers):
             z = acts[-1] @ self.params[2 * k] + self.params[2 * k + 1]
@@ -153,9 +153,9 @@ class SparseModel:
         self.params = [to_device(p, device) for p in graph.plan_params()]
         self.weight_index = [0]
 
-    def forward(self, X, keep=False):
+    def forward(self, X, keep=False, rows=None):
         w, b = self.params
-        out, V = self.engine.forward(self.graph, X, w=w, b=b, keep_values=True)
+        out, V = self.engine.forward(self.graph, X, w=w, b=b, keep_values=True, rows=rows)
         return (out, V) if keep else out
 
     def backward(self, V, G):
