@@ -862,7 +862,8 @@ class SparseNetRegressor(DeviceMixin, DeviceRegressorMixin, BaseEstimator):
                 for i in model.weight_index:
                     p = model.params[i]
                     grads[i] += (self.alpha / B) * p  # the gradient is this step's own array
-                    loss += 0.5 * self.alpha * float((p * p).sum()) / B
+                    flat = p.ravel()  # a dot product: no temporary of the weights' size
+                    loss += 0.5 * self.alpha * float(flat @ flat) / B
                 opt.step(model.params, grads)
                 if isinstance(model, DenseMasked):  # the step's new weights, masked in place
                     model.apply_masks()
