@@ -743,7 +743,7 @@ def cpu_product_tables(args):
                     (
                         "ours: C spmm",
                         "forward",
-                        lambda: lib.spmm(rows, ptr, ind, w, x_addr, B, out.ctypes.data, B, B, 0, 1),
+                        lambda: lib.spmm(rows, ptr, ind, w, x_addr, B, out.ctypes.data, B, B, 0),
                         False,
                     ),
                 )
@@ -751,7 +751,7 @@ def cpu_product_tables(args):
                     (
                         "ours: C sddmm (gradient at the edges)",
                         "weight gradient",
-                        lambda: lib.sddmm(rows, ptr, ind, d_addr, B, x_addr, B, B, g.ctypes.data, 1),
+                        lambda: lib.sddmm(rows, ptr, ind, d_addr, B, x_addr, B, B, g.ctypes.data),
                         False,
                     )
                 )

@@ -66,7 +66,6 @@ def test_spmm_is_the_sparse_product(lib, n, accumulate, rng):
         n,
         n,
         int(accumulate),
-        1,
     )
     want = (out0 if accumulate else 0.0) + M @ X
     np.testing.assert_allclose(out, want, rtol=1e-13, atol=1e-13)
@@ -94,7 +93,6 @@ def test_spmm_t_adds_the_transposed_product_skipping_inputs(lib, n, rng):
         n,
         n,
         cut,
-        1,
     )
     np.testing.assert_allclose(out, out0 + M[:, cut:].T @ D, rtol=1e-13, atol=1e-13)
 
@@ -105,7 +103,7 @@ def test_sddmm_is_the_product_at_the_edges(lib, n, rng):
     D, V = rng.normal(size=(17, n)), rng.normal(size=(30, n))
     g = np.full(M.nnz, np.nan)
     ind, ptr = M.indices.ctypes.data, M.indptr.ctypes.data
-    lib.sddmm(17, ptr, ind, D.ctypes.data, n, V.ctypes.data, n, n, g.ctypes.data, 1)
+    lib.sddmm(17, ptr, ind, D.ctypes.data, n, V.ctypes.data, n, n, g.ctypes.data)
     rows = np.repeat(np.arange(17), np.diff(M.indptr))
     np.testing.assert_allclose(g, (D @ V.T)[rows, M.indices], rtol=1e-12, atol=1e-13)
 
@@ -120,40 +118,6 @@ def test_gather_t_lays_rows_out_node_major(lib, n, m, rng):
     assert np.isnan(dst[:, n:]).all()  # nothing written past the batch
     lib.gather_t(n, m, src.ctypes.data, m + 3, None, dst.ctypes.data, n + 2)
     np.testing.assert_array_equal(dst[:, :n], src[:n, :m].T)
-
-
-def _three_products(lib, M, X, D, out0, n_threads):
-    """spmm (added to out0), spmm_t (cut 50) and sddmm of M with n_threads."""
-    n = X.shape[1]
-    rows, cols = M.shape
-    ptr, ind, w = M.indptr.ctypes.data, M.indices.ctypes.data, M.data.ctypes.data
-    fwd = out0.copy()
-    lib.spmm(rows, ptr, ind, w, X.ctypes.data, n, fwd.ctypes.data, n, n, 1, n_threads)
-    back = np.zeros((cols - 50, n))
-    lib.spmm_t(rows, ptr, ind, w, D.ctypes.data, n, back.ctypes.data, n, n, 50, n_threads)
-    g = np.empty(M.nnz)
-    lib.sddmm(rows, ptr, ind, D.ctypes.data, n, X.ctypes.data, n, n, g.ctypes.data, n_threads)
-    return fwd, back, g
-
-
-@pytest.mark.parametrize("n", [200, 45])
-def test_threads_split_the_work_and_change_no_bit(lib, n, rng):
-    """Products large enough to be split (rows of uneven lengths, slices of the batch): the
-    same bits on 1, 2, 3 and 7 threads, and the right values."""
-    M = _csr(rng, 300, 400, 0.3)
-    M = sp.diags(np.where(np.arange(300) < 40, 0.0, 1.0)) @ M  # uneven: the first rows empty
-    M.indptr, M.indices = M.indptr.astype(np.int32), M.indices.astype(np.int32)
-    assert M.nnz * n > 4 * (1 << 18)  # worth several threads (MIN_WORK in sparsenet.c)
-    X, D = rng.normal(size=(400, n)), rng.normal(size=(300, n))
-    out0 = rng.normal(size=(300, n))
-    one = _three_products(lib, M, X, D, out0, 1)
-    np.testing.assert_allclose(one[0], out0 + M @ X, rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(one[1], M[:, 50:].T @ D, rtol=1e-12, atol=1e-12)
-    rows = np.repeat(np.arange(300), np.diff(M.indptr))
-    np.testing.assert_allclose(one[2], (D @ X.T)[rows, M.indices], rtol=1e-12, atol=1e-12)
-    for t in (2, 3, 7):
-        for a, b in zip(one, _three_products(lib, M, X, D, out0, t)):
-            np.testing.assert_array_equal(a, b)
 
 
 def test_compiled_once_then_read_from_the_cache(fresh_loader, monkeypatch):

@@ -507,25 +507,6 @@ def test_training_forward_of_rows_is_the_forward_of_those_rows(sparse_kernels, r
             _graph_cpu.forward(g, X, rows=np.array(bad))
 
 
-def test_dense_products_count_the_blas_threads(monkeypatch, rng):
-    """A dense product runs on the BLAS threads and the sparse kernels on one: with more
-    threads a block stays dense up to a larger batch, and the layout follows the limit."""
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1, user_api="blas"):
-        assert _graph_cpu._blas_threads() == 1
-    g = _layered([60, 40, 40, 3], 0.3, rng)
-    sparse_blocks = []
-    for threads in (1, 4):
-        monkeypatch.setattr(_graph_cpu, "_blas_threads", lambda threads=threads: threads)
-        levels = _graph_cpu._layout(g)
-        assert g._cpu_layout[4] == threads
-        sparse_blocks.append([blk.dense_up_to for level in levels for blk in level[2] if not blk.full])
-    one, four = sparse_blocks
-    assert len(one) == len(four) > 0
-    assert all(b4 >= b1 for b1, b4 in zip(one, four)) and any(b4 > b1 for b1, b4 in zip(one, four))
-
-
 # ----------------------------------------------------------------------------- layout (issue 12)
 def test_engines_have_the_same_functions_and_signatures():
     import inspect
@@ -1360,7 +1341,10 @@ def test_resident_protocol_answers_and_relaunches_after_an_idle_exit(monkeypatch
     assert res.stream.done
     np.testing.assert_array_equal(res.call(cfg, X[1:2]), _expected(X[1:2]))
     np.testing.assert_array_equal(res.call(cfg, X[2:5]), _expected(X[2:5]))  # 3 rows: restarted
-    assert launches == [1, 1, 1, 3]
+    # one launch each: the first rows, after stop(), after the idle exit, the 3-row restart;
+    # on a loaded machine a kernel idle for 1 ms may leave before it sees the next request,
+    # and the call relaunches it (the race the next test pins down): more 1-row launches
+    assert launches[:3] == [1, 1, 1] and launches[-1] == 3 and set(launches[3:-1]) <= {1}
     _kernels.stop_resident_kernels()  # (what a grid-barrier launch does first)
     assert not res.running and res.stream.done
 

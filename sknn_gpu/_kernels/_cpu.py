@@ -9,7 +9,7 @@ returns None and the engines use their NumPy/SciPy code, which gives the same re
 the order of floating-point sums.
 
 * Compiler: ``$CC``, else the compiler Python was built with, else ``cc``; flags
-  ``-O3 -fPIC -shared -std=c99 -pthread -march=native`` (without ``-march=native`` where the compiler
+  ``-O3 -fPIC -shared -std=c99 -march=native`` (without ``-march=native`` where the compiler
   refuses it). The library is built for the CPU it runs on, so its name carries a digest of
   the source, the compiler and its version, the flags, and the CPU's model and feature flags.
 * Cache: ``$SKNN_GPU_CACHE_DIR``, else ``$XDG_CACHE_HOME/sknn_gpu``, else
@@ -43,13 +43,13 @@ _P, _I64, _I32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int32
 #: Argument types of each family's functions (pointers as addresses, sizes as int64).
 _SIGNATURES = {
     "sparsenet": {
-        "spmm": [_I64, _P, _P, _P, _P, _I64, _P, _I64, _I64, _I32, _I32],
-        "spmm_t": [_I64, _P, _P, _P, _P, _I64, _P, _I64, _I64, _I32, _I32],
-        "sddmm": [_I64, _P, _P, _P, _I64, _P, _I64, _I64, _P, _I32],
+        "spmm": [_I64, _P, _P, _P, _P, _I64, _P, _I64, _I64, _I32],
+        "spmm_t": [_I64, _P, _P, _P, _P, _I64, _P, _I64, _I64, _I32],
+        "sddmm": [_I64, _P, _P, _P, _I64, _P, _I64, _I64, _P],
         "gather_t": [_I64, _I64, _P, _I64, _P, _P, _I64],
     },
 }
-_BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=c99", "-pthread")
+_BASE_FLAGS = ("-O3", "-fPIC", "-shared", "-std=c99")
 _NATIVE = "-march=native"
 _COMPILE_SECONDS = 120
 

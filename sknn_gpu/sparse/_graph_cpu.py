@@ -34,21 +34,21 @@ from ._activations import ACTIVATIONS, activation, activation_derivative, apply_
 
 __all__ = ["forward", "backward"]
 
-# Costs (float64, ns) that pick each block's method per call, from its rectangle (rows x the
-# slots they read), its edges and the batch. A dense product costs DENSE_NS per (row, slot,
-# sample) on one core, divided by the BLAS threads it runs on (:func:`_blas_threads`), plus
-# DENSE_CALL_NS (the weights scattered into the rectangle). A sparse product costs ``csr``
-# per (edge, sample) plus ``csr_call``, the weight gradient at the edges ``gather`` per
-# (edge, sample) plus ``gather_call``: with the C kernels, on one core and divided by the
-# threads too (they split large products over the BLAS threads; a block is dense from a
-# fill of about a third), or with SciPy's CSR product and NumPy's per-edge dot products on
-# one core whatever the threads (two rows gathered per edge; dense from a fill of 20% and 5%
-# on one thread). A small block is dense below that too, where the call costs
-# dominate. The per-entry rates behind them: ``benchmarks/bench_sparsenet.py --cpu-train``
-# (its first tables), on the 2-core benchmark host.
+# Costs on one core (float64, ns) that pick each block's method per call, from its rectangle
+# (rows x the slots they read), its edges and the batch. A dense product costs DENSE_NS per
+# (row, slot, sample) plus DENSE_CALL_NS (the weights scattered into the rectangle). A sparse
+# product costs ``csr`` per (edge, sample) plus ``csr_call``, the weight gradient at the
+# edges ``gather`` per (edge, sample) plus ``gather_call``: with the C kernels (a block is
+# dense from a fill of a quarter: BLAS's rate per multiply-add was 3.3x the kernels' on the
+# 2-core EPYC benchmark host and 4.3x on the 16-core Xeon host of the GPU machine), or with
+# SciPy's CSR product and NumPy's per-edge dot products (two rows gathered per edge; dense
+# from a fill of 20% and 5%). A small block is dense below that too, where the call costs
+# dominate. BLAS threads are not counted: at a minibatch's size these products gained
+# little from them (nothing at batch 200 on the 16-core host), and the sparse kernels run
+# on one. The rates: ``benchmarks/bench_sparsenet.py --cpu-train`` (its first tables).
 DENSE_NS, DENSE_CALL_NS = 0.05, 2_000.0
 COSTS = {
-    "c": dict(csr=0.15, csr_call=3_000.0, gather=0.15, gather_call=3_000.0),
+    "c": dict(csr=0.2, csr_call=3_000.0, gather=0.2, gather_call=3_000.0),
     "numpy": dict(csr=0.25, csr_call=4_000.0, gather=1.0, gather_call=5_000.0),
 }
 
@@ -143,30 +143,11 @@ def _put_inputs(V, X, rows):
 
 
 # --------------------------------------------------------------------------- training blocks
-def _blas_threads():
-    """Threads of the BLAS that NumPy's products use, now (under any ``threadpool_limits``):
-    dense products run on them, and the C kernels split large products over as many. About
-    4 us a query; the controller (1-2 ms) is made on first use."""
-    global _controller
-    try:
-        if _controller is None:
-            from threadpoolctl import ThreadpoolController  # installed with scikit-learn
-
-            _controller = ThreadpoolController()
-        counts = [lib.get_num_threads() for lib in _controller.select(user_api="blas").lib_controllers]
-    except Exception:  # no threadpoolctl, or a BLAS it cannot ask: count one thread
-        return 1
-    return max([1, *[c for c in counts if c]])
-
-
-_controller = None
-
-
 def _dense_up_to(rect, n_edges, costs, kind):
     """Largest batch for which a dense product over ``rect`` entries costs no more than the
     sparse method ``kind`` ('csr' or 'gather' of ``costs``: ns per edge and sample, and per
-    call), each on its threads: inf, or >= 0."""
-    extra = rect * DENSE_NS / costs["threads"] - n_edges * costs[kind] / costs["sparse_threads"]
+    call): inf, or >= 0."""
+    extra = rect * DENSE_NS - n_edges * costs[kind]
     if extra <= 0:  # (ns per sample that the dense product spends more)
         return np.inf
     return max(0.0, (costs[kind + "_call"] - DENSE_CALL_NS) / extra)
@@ -177,8 +158,7 @@ class _Block:
 
     ``pos``: each edge's position in the row-major ``(b - a, c1 - c0)`` rectangle (None when
     the edges are the whole rectangle in order: ``full``, or when the block is never dense).
-    ``costs`` (the layout's: an entry of :data:`COSTS`, the C kernels' or NumPy's, with the
-    thread counts) sets the two thresholds.
+    ``costs`` (an entry of :data:`COSTS`: the C kernels' or NumPy's) sets the two thresholds.
     ``cut``: the first column that is a computed node (columns before it are inputs, whose
     gradient is not needed). ``dense_up_to`` / ``gradient_dense_up_to``: the largest batch for
     which the forward and back-propagated products / the weight gradient are dense (inf:
@@ -314,10 +294,9 @@ _NO_WEIGHTS = np.zeros(0)
 
 
 def _layout(graph, again=False):
-    """Training blocks per level, built once per plan, kernel choice and BLAS thread count (a
-    dense product's cost depends on it), kept with the graph (not pickled). ``again``: the
-    layout the forward pass of this step just used, without asking for the thread count and
-    the kernels anew (the backward pass; a new plan still rebuilds it).
+    """Training blocks per level, built once per plan and kernel choice, kept with the graph
+    (not pickled). ``again``: the layout the forward pass of this step just used, without
+    asking for the kernels anew (the backward pass; a new plan still rebuilds it).
 
     Returns a list of ``(r0, r1, blocks, code, unit_response, covered)`` per level: its plan
     rows, its :class:`_Block` list (empty for a level without edges), its one activation code
@@ -329,13 +308,9 @@ def _layout(graph, again=False):
     if again and cached is not None and cached[0] is plan:
         return cached[1]
     lib = cpu_library("sparsenet")
-    threads = _blas_threads()
-    if cached is not None and cached[0] is plan and cached[3] is lib and cached[4] == threads:
+    if cached is not None and cached[0] is plan and cached[3] is lib:
         return cached[1]
-    # the C kernels split large products over the same threads as BLAS; SciPy's run on one
-    costs = dict(
-        COSTS["numpy" if lib is None else "c"], threads=threads, sparse_threads=1 if lib is None else threads
-    )
+    costs = COSTS["numpy" if lib is None else "c"]
     lp, indptr, indices = plan["level_ptr"], plan["indptr"], plan["indices"]
     act, resp = plan["act"], plan["resp"]
     levels = []
@@ -360,7 +335,7 @@ def _layout(graph, again=False):
     # the output nodes' rows of the gradient: set, not added, when each is a distinct computed node
     rows = plan["out_slots"].astype(np.intp) - plan["n_in"]
     distinct = rows.size == np.unique(rows).size and (rows.size == 0 or int(rows.min()) >= 0)
-    graph._cpu_layout = (plan, levels, rows if distinct else None, lib, threads)
+    graph._cpu_layout = (plan, levels, rows if distinct else None, lib)
     return levels
 
 
@@ -395,7 +370,7 @@ def _forward_blocks(graph, V, w, b):
     plan = graph.plan
     n_in, resp, act = plan["n_in"], plan["resp"], plan["act"]
     levels = _layout(graph)
-    lib, threads = graph._cpu_layout[3], graph._cpu_layout[4]
+    lib = graph._cpu_layout[3]
     B = V.shape[1]
     if lib is not None:
         w = _c_ready(w, V)
@@ -421,7 +396,6 @@ def _forward_blocks(graph, V, w, b):
                     B,
                     B,
                     0,
-                    threads,
                 )
             else:
                 out[...] = blk.product(blk.csr(w), Vs)
@@ -463,7 +437,7 @@ def backward(graph, V, G_out, w, executor="auto"):
     n_comp = plan["nodes"].size
     B = V.shape[1]
     levels = _layout(graph, again=True)
-    out_rows, lib, threads = graph._cpu_layout[2], graph._cpu_layout[3], graph._cpu_layout[4]
+    out_rows, lib = graph._cpu_layout[2], graph._cpu_layout[3]
     G = np.zeros((n_comp, B))  # dL/d(node value), complete for a level once later levels ran
     if out_rows is not None:
         G[out_rows] = G_out
@@ -508,7 +482,6 @@ def backward(graph, V, G_out, w, executor="auto"):
                     B,
                     B,
                     gw_addr + 8 * blk.ea,
-                    threads,
                 )
             else:
                 rows, cols = blk.edges()
@@ -532,7 +505,6 @@ def backward(graph, V, G_out, w, executor="auto"):
                         B,
                         B,
                         blk.cut,
-                        threads,
                     )
                 else:
                     target += blk.product(blk.csr_t(w), Db)
