@@ -23,7 +23,8 @@
  *
  * Each call runs on the calling thread. (Splitting a product over new threads was tried and
  * dropped: next to a BLAS whose threads spin between calls, as OpenBLAS's do, the new threads
- * waited for a core, and a 784-input training step on 16 cores took longer than on one.)
+ * waited for a core, and 784-input training on the GPU machine's 16 cores took longer than
+ * on one: benchmarks/results/2026-11-28-h200/bench_sparsenet_cpu_train_16core_split_kernels.md.)
  * Integers: indptr and idx are int32 offsets local to the block (the level plan they come
  * from is int32 throughout), sizes and strides int64. */
 #include <stdint.h>
