@@ -29,7 +29,7 @@
  * from is int32 throughout), sizes and strides int64. */
 #include <stdint.h>
 
-typedef double v4d __attribute__((vector_size(32), aligned(8)));
+typedef double v4d __attribute__((vector_size(32), aligned(8), may_alias)); /* reads and writes rows of doubles */
 
 #define NV 8            /* registers of four doubles per accumulator chain */
 #define CH (4 * NV)     /* batch values per slice */
