@@ -641,7 +641,7 @@ SMALL_WORK_BYTES = 16 << 20
 
 
 def check_memory(
-    n_bytes: int, device: str, what: str = "this operation", headroom: float = 0.9, floor: int = 0
+    n_bytes: int, device: str, what="this operation", headroom: float = 0.9, floor: int = 0
 ) -> int:
     """Refuse work before allocating when ``n_bytes`` will not fit on ``device``.
 
@@ -651,8 +651,9 @@ def check_memory(
         Bytes the work needs to allocate.
     device : {'cpu', 'cuda'}
         Where it would be allocated (a resolved device).
-    what : str
-        Description used in the error message.
+    what : str or callable
+        Description used in the error message; a callable returning it is called only
+        when the error is raised (a per-call check need not format a message that fits).
     headroom : float
         Fraction of the free memory that may be used.
     floor : int, default=0
@@ -678,6 +679,7 @@ def check_memory(
     avail = free_memory(device, need=int(n_bytes / headroom) + 1 if headroom > 0 else None)
     if n_bytes > headroom * avail:
         why = _host_limit_note(avail) if device == "cpu" else ""
+        what = what() if callable(what) else what
         raise InsufficientMemoryError(
             f"{what} needs {n_bytes} bytes ({_fmt_bytes(n_bytes)}) on {device}, but only "
             f"{avail} bytes ({_fmt_bytes(avail)}) are free{why}; use smaller batches or a smaller "

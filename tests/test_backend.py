@@ -454,6 +454,22 @@ def test_free_memory_asks_the_driver_only_when_the_pool_cannot_cover_the_need(mo
         check_memory(10 * free_memory("cuda"), "cuda")
 
 
+def test_check_memory_formats_a_callable_description_only_to_refuse():
+    from sknn_gpu._backend import InsufficientMemoryError, check_memory
+
+    calls = []
+
+    def what():
+        calls.append(1)
+        return "the described work"
+
+    assert check_memory(1 << 10, "cpu", what=what) == 1 << 10
+    assert calls == []  # it fits: no message made
+    with pytest.raises(InsufficientMemoryError, match="^the described work needs"):
+        check_memory(1 << 62, "cpu", what=what)
+    assert calls == [1]
+
+
 def test_check_memory_skips_the_query_for_work_up_to_its_floor(monkeypatch):
     import sknn_gpu._backend as backend
 

@@ -875,7 +875,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
     # ------------------------------------------------------------------ prediction
     def _forward(self, X):
         """Output-layer activations of ``X`` on ``device_`` (NumPy or CuPy)."""
-        check_is_fitted(self, "coefs_")
+        if "coefs_" not in self.__dict__:  # (scikit-learn's check costs microseconds a call)
+            check_is_fitted(self, "coefs_")
         dense_cupy = is_device_array(X) and not is_sparse(X)
         X = check_X(self, X, reset=False, finite=not dense_cupy)  # dense CuPy: checked below
         dtype = self.coefs_[0].dtype

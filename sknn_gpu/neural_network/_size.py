@@ -80,11 +80,14 @@ def check_size(
     )
     if host < _CHECK_FROM and dev < _CHECK_FROM:
         return
-    n_params = sum(a * b + b for a, b in zip(units[:-1], units[1:]))
-    what = (
-        f"{type(est).__name__}.{phase} with layer sizes {units} ({n_params:,} parameters, "
-        f"{n_samples:,} samples, {np.dtype(dtype).name})"
-    )
+
+    def what():  # formatted only when a check fails (a few microseconds a predict call)
+        n_params = sum(a * b + b for a, b in zip(units[:-1], units[1:]))
+        return (
+            f"{type(est).__name__}.{phase} with layer sizes {units} ({n_params:,} parameters, "
+            f"{n_samples:,} samples, {np.dtype(dtype).name})"
+        )
+
     if host >= _CHECK_FROM:
         check_memory(host, "cpu", what=what)
     if dev >= _CHECK_FROM:
