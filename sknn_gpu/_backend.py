@@ -18,7 +18,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
@@ -641,7 +641,11 @@ SMALL_WORK_BYTES = 16 << 20
 
 
 def check_memory(
-    n_bytes: int, device: str, what="this operation", headroom: float = 0.9, floor: int = 0
+    n_bytes: int,
+    device: str,
+    what: str | Callable[[], str] = "this operation",
+    headroom: float = 0.9,
+    floor: int = 0,
 ) -> int:
     """Refuse work before allocating when ``n_bytes`` will not fit on ``device``.
 
