@@ -231,6 +231,10 @@ class _Block:
             self.addr = (self.indptr.ctypes.data, self.indices.ctypes.data)
         return self.addr
 
+    def kernel(self, fn, *args):
+        """Call the C kernel ``fn`` on this block's rows and CSR structure, then ``args``."""
+        fn(self.b - self.a, *self.sparse(), *args)
+
     def transposed(self):
         """The CSR structure transposed over the computed columns (SciPy's product of the
         gradient passed back), made on the first call."""
@@ -383,20 +387,9 @@ def _forward_blocks(graph, V, w, b):
             Vs, out = V[blk.c0 : blk.c1], z[blk.a - r0 : blk.b - r0]
             if B <= blk.dense_up_to:
                 np.matmul(blk.matrix(w), Vs, out=out)
-            elif lib is not None:
-                addr = blk.sparse()
-                lib.spmm(
-                    blk.b - blk.a,
-                    addr[0],
-                    addr[1],
-                    w_addr + 8 * blk.ea,
-                    v_addr + row * blk.c0,
-                    B,
-                    v_addr + row * (n_in + blk.a),
-                    B,
-                    B,
-                    0,
-                )
+            elif lib is not None:  # V[n_in + a : n_in + b] = W @ V[c0:c1]
+                w_blk, v_out = w_addr + 8 * blk.ea, v_addr + row * (n_in + blk.a)
+                blk.kernel(lib.spmm, w_blk, v_addr + row * blk.c0, B, v_out, B, B, 0)
             else:
                 out[...] = blk.product(blk.csr(w), Vs)
         if not unit:
@@ -470,19 +463,9 @@ def backward(graph, V, G_out, w, executor="auto"):
                 np.matmul(Db, Vs.T, out=gw[blk.ea : blk.eb].reshape(Db.shape[0], -1))
             elif B <= blk.gradient_dense_up_to:
                 np.take((Db @ Vs.T).ravel(), blk.pos, out=gw[blk.ea : blk.eb])
-            elif lib is not None:
-                addr = blk.sparse()
-                lib.sddmm(
-                    blk.b - blk.a,
-                    addr[0],
-                    addr[1],
-                    g_addr + row * blk.a,
-                    B,
-                    v_addr + row * blk.c0,
-                    B,
-                    B,
-                    gw_addr + 8 * blk.ea,
-                )
+            elif lib is not None:  # gw at the edges of D[a:b] @ V[c0:c1].T
+                d_blk, gw_blk = g_addr + row * blk.a, gw_addr + 8 * blk.ea
+                blk.kernel(lib.sddmm, d_blk, B, v_addr + row * blk.c0, B, B, gw_blk)
             else:
                 rows, cols = blk.edges()
                 for k0 in range(0, blk.eb - blk.ea, step):
@@ -492,20 +475,10 @@ def backward(graph, V, G_out, w, executor="auto"):
                 target = G[blk.c0 + blk.cut - n_in : blk.c1 - n_in]
                 if B <= blk.dense_up_to:
                     target += blk.matrix(w)[:, blk.cut :].T @ Db
-                elif lib is not None:
-                    addr = blk.sparse()
-                    lib.spmm_t(
-                        blk.b - blk.a,
-                        addr[0],
-                        addr[1],
-                        w_addr + 8 * blk.ea,
-                        g_addr + row * blk.a,
-                        B,
-                        g_addr + row * (blk.c0 + blk.cut - n_in),
-                        B,
-                        B,
-                        blk.cut,
-                    )
+                elif lib is not None:  # target += W[:, cut:].T @ D[a:b]
+                    w_blk, d_blk = w_addr + 8 * blk.ea, g_addr + row * blk.a
+                    g_out = g_addr + row * (blk.c0 + blk.cut - n_in)
+                    blk.kernel(lib.spmm_t, w_blk, d_blk, B, g_out, B, B, blk.cut)
                 else:
                     target += blk.product(blk.csr_t(w), Db)
     return gw, gb
