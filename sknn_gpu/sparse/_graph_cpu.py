@@ -39,8 +39,8 @@ __all__ = ["forward", "backward"]
 # (row, slot, sample) plus DENSE_CALL_NS (the weights scattered into the rectangle). A sparse
 # product costs ``csr`` per (edge, sample) plus ``csr_call``, the weight gradient at the
 # edges ``gather`` per (edge, sample) plus ``gather_call``: with the C kernels (a block is
-# dense from a fill of a quarter: BLAS's rate per multiply-add was 3.3x the kernels' on the
-# 2-core EPYC benchmark host and 4.3x on the 16-core Xeon host of the GPU machine), or with
+# dense from a fill of a quarter: BLAS's rate per multiply-add was 2.8-4.5x the kernels' on
+# the 2-core EPYC benchmark host, 3.4-5.6x on the 16-core Xeon host of the GPU machine), or with
 # SciPy's CSR product and NumPy's per-edge dot products (two rows gathered per edge; dense
 # from a fill of 20% and 5%). A small block is dense below that too, where the call costs
 # dominate. BLAS threads are not counted: at a minibatch's size these products gained
