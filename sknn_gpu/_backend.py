@@ -486,6 +486,8 @@ def same_type_as_input(result, reference, output_type=None):
         output_type == "numpy" or (output_type == "input" and type(reference) is np.ndarray)
     ):
         return result  # what to_host returns for it, without the type checks (small predictions)
+    if output_type == "input" and type(result) is type(reference) and is_cupy_array(result):
+        return result  # CuPy in, CuPy out: what to_device returns for it, without the checks
     if isinstance(result, (tuple, list)):
         return type(result)(same_type_as_input(r, reference, given) for r in result)
     if output_type == "cupy" and not is_device_array(result) and not cuda_available():

@@ -441,7 +441,7 @@ def test_solver_codes_match_the_kernel_template():
 
     from sknn_gpu._kernels import load_source
     from sknn_gpu.neural_network._base import Solver
-    from sknn_gpu.neural_network._mlp_cuda import ACT_CODES, OUT_CODES
+    from sknn_gpu.neural_network._predict_cuda import ACT_CODES, OUT_CODES
 
     src = load_source("mlp")
     solver_line = re.search(r"// SOLVER: (.*)", src).group(1)

@@ -168,12 +168,12 @@ def test_float32(data, graph_runs):
 
 def test_graph_and_launched_steps_agree(data, monkeypatch):
     """The graph makes the same updates as the per-step launches it replaces."""
-    from sknn_gpu.neural_network import _mlp_cuda
+    from sknn_gpu.neural_network import _predict_cuda
 
     X, y = data
     params = dict(hidden_layer_sizes=(24, 12), batch_size=40, max_iter=3, random_state=0)
     graph = _fit("cuda", params, X, y)
-    monkeypatch.setattr(_mlp_cuda, "USE_GRAPHS", False)
+    monkeypatch.setattr(_predict_cuda, "USE_GRAPHS", False)
     launched = _fit("cuda", params, X, y)
     _same(launched, graph, rtol=1e-10)
 
@@ -240,85 +240,170 @@ def test_fused_prediction_in_float32_within_the_documented_tolerance(data):
 @pytest.mark.parametrize(
     "hidden", [(1,), (31,), (64,), (100,), (128,), (129,), (256,), (257,), (20, 100), (16, 8, 64), (50, 33)]
 )
-def test_fused_tail_prediction_matches_the_product_path_and_numpy(data, hidden, kernel, monkeypatch):
-    """The last hidden layer and the output in one float32 kernel (tail_fused up to TAIL_MAX
-    hidden units; on tensor cores, tail_tc, up to TC_TAIL_MAX; the input X itself or the
-    previous layer's products with their bias and activation applied on reading) against
-    the cuBLAS products with out_fused, and both against the NumPy forward pass: row counts
-    around a block's rows, input widths not a multiple of a chunk, every width class and
-    every number of rows a block takes. float64 keeps the product path (checked too)."""
+def test_prediction_kernels_match_the_product_path_and_numpy(data, hidden, kernel, monkeypatch):
+    """Every prediction path against the NumPy forward pass: float32 on tensor cores
+    (dense_tc every hidden layer, a last one of at most TC_COLS units taking the output layer
+    in the same launch, else out_fused after it); float32 without them (tail_fused up to
+    TAIL_MAX hidden units: the input X itself or the previous layer's products with their
+    bias and activation applied on reading); the cuBLAS products with out_fused (USE_TAIL
+    off). Row counts around a block's rows, input widths not a multiple of a chunk (read
+    value by value) and multiples of 4 (16-byte reads), every width class and every number
+    of rows a block takes. float64 keeps the product path (checked too)."""
     import cupy
 
     from sknn_gpu._backend import device_limits
-    from sknn_gpu.neural_network import _mlp_cuda
+    from sknn_gpu.neural_network import _predict_cuda
     from sknn_gpu.neural_network._base import forward
 
     dtype = np.float64 if kernel == "float64" else np.float32
     tc = kernel.endswith("tensor cores")
     if tc and device_limits().compute_capability < (8, 0):
         pytest.skip("tensor-core kernel needs compute capability 8.0")
-    monkeypatch.setattr(_mlp_cuda, "USE_TENSOR_CORES", tc)
+    monkeypatch.setattr(_predict_cuda, "USE_TENSOR_CORES", tc)
     X, y = data
-    # the tail's input width: 71 or 72 features (read value by value, or in 16-byte vectors
-    # by tail_tc), or the previous hidden layer's 20, 8 (vectors) or 50 units
+    # the first layer's input width: 71 or 72 features (read value by value, or in 16-byte
+    # vectors); a later layer's: the previous hidden layer's 20, 8 (vectors) or 50 units
     X = np.hstack([X, X[:, : 7 + (hidden[0] % 2 == 0)]]).astype(dtype)
     activation = "tanh" if len(hidden) == 2 else "relu"
     params = dict(hidden_layer_sizes=hidden, activation=activation, max_iter=2, random_state=0)
     clf = _fit("cuda", params, X, y)
-    launched = []
-    real = _mlp_cuda._tail_kernel
-
-    def counted(*args):  # (device, dtype, tensor cores, ...)
-        launched.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(_mlp_cuda, "_tail_kernel", counted)
+    paths = []
+    for name in ("_tail_kernel", "_forward_tc"):
+        real = getattr(_predict_cuda, name)
+        monkeypatch.setattr(
+            _predict_cuda, name, lambda *a, real=real, name=name, **k: paths.append(name) or real(*a, **k)
+        )
     rtol, atol = (1e-5, 1e-6) if dtype == np.float32 else (1e-12, 1e-15)
     for n in (1, 31, 65, 430):
         Xd = cupy.asarray(X[:n])
         expected = forward(X[:n].copy(), clf.coefs_, clf.intercepts_, activation, "softmax")
-        monkeypatch.setattr(_mlp_cuda, "USE_TAIL", True)
+        monkeypatch.setattr(_predict_cuda, "USE_TAIL", True)
         fused = clf.predict_proba(Xd).get()
-        monkeypatch.setattr(_mlp_cuda, "USE_TAIL", False)
+        again = clf.predict_proba(cupy.asarray(X[:n])).get()  # the kept plan, another input array
+        monkeypatch.setattr(_predict_cuda, "USE_TAIL", False)
         products = clf.predict_proba(Xd).get()
         assert fused.dtype == dtype
         np.testing.assert_allclose(fused, expected, rtol=rtol, atol=atol)
+        np.testing.assert_array_equal(again, fused)
         np.testing.assert_allclose(products, expected, rtol=rtol, atol=atol)
-    widest = _mlp_cuda.TC_TAIL_MAX if tc else _mlp_cuda.TAIL_MAX
-    fused = dtype == np.float32 and hidden[-1] <= widest  # float64 keeps cuBLAS's products
-    assert len(launched) == (4 if fused else 0)
-    assert all(args[2] == tc for args in launched)
-    if fused:  # every number of rows a block takes (430 rows get the fewest)
-        monkeypatch.setattr(_mlp_cuda, "USE_TAIL", True)
-        coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
-        expected = forward(X.copy(), clf.coefs_, clf.intercepts_, activation, "softmax")
-        if tc:
-            top = _mlp_cuda._TC_MAX_MT[next(nt for nt in _mlp_cuda._TC_MAX_MT if hidden[-1] <= 64 * nt)]
-        else:
-            top = _mlp_cuda._TAIL_MAX_TM[next(w for w in _mlp_cuda._TAIL_MAX_TM if hidden[-1] <= w)]
+    if tc:
+        assert paths == ["_forward_tc"] * 12
+    else:
+        fused = dtype == np.float32 and hidden[-1] <= _predict_cuda.TAIL_MAX  # float64 keeps cuBLAS's products
+        assert paths == (["_tail_kernel"] * 8 if fused else [])
+    coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
+    expected = forward(X.copy(), clf.coefs_, clf.intercepts_, activation, "softmax")
+    monkeypatch.setattr(_predict_cuda, "USE_TAIL", True)
+    if tc:  # every number of rows a block takes, with and without the output layer fused
+        for bm in _predict_cuda._TC_ROWS:
+            for tail in (True, False):
+                monkeypatch.setattr(_predict_cuda, "USE_TAIL", tail)
+                ow = _predict_cuda.out_weights(coefs[-1])
+                got = _predict_cuda.forward_cuda(
+                    cupy.asarray(X), coefs, inters, activation, "softmax", ow, tc_rows=bm
+                )
+                np.testing.assert_allclose(
+                    got.get(), expected, rtol=rtol, atol=atol, err_msg=f"bm={bm} {tail}"
+                )
+    elif fused:  # every number of rows a block of tail_fused takes (430 rows get the fewest)
+        top = _predict_cuda._TAIL_MAX_TM[next(w for w in _predict_cuda._TAIL_MAX_TM if hidden[-1] <= w)]
         for tm in range(2, top + 1):
-            got = _mlp_cuda.forward_cuda(cupy.asarray(X), coefs, inters, activation, "softmax", tail_tm=tm)
+            got = _predict_cuda.forward_cuda(cupy.asarray(X), coefs, inters, activation, "softmax", tail_tm=tm)
             np.testing.assert_allclose(got.get(), expected, rtol=rtol, atol=atol, err_msg=f"tm={tm}")
 
 
-def test_tensor_core_tail_gives_way_where_its_split_weights_would_be_too_large(data, monkeypatch):
-    """tail_tc keeps a split copy of the last hidden layer's coefficients with the model; a
-    layer whose copy would pass TC_PACK_MAX takes tail_fused (no copy made), same result."""
+@pytest.mark.parametrize("activation", ["identity", "logistic", "tanh", "relu"])
+@pytest.mark.parametrize("target", ["multiclass", "binary", "40 classes"])
+def test_tensor_core_prediction_every_activation_and_output(data, activation, target):
+    """dense_tc with every activation in its epilogue and in the fused output layer, a
+    logistic output (binary) and more outputs than out_fused takes (a cuBLAS product and
+    bias_out after the tensor-core layers), three hidden layers; float32 CuPy input."""
     import cupy
 
-    from sknn_gpu.neural_network import _mlp_cuda
+    from sknn_gpu._backend import device_limits
+    from sknn_gpu.neural_network._base import forward
+
+    if device_limits().compute_capability < (8, 0):
+        pytest.skip("tensor-core kernel needs compute capability 8.0")
+    X, y = data
+    X = X.astype(np.float32)
+    if target == "binary":
+        y = (y > 4).astype(int)
+    elif target == "40 classes":
+        y = np.arange(len(y)) % 40
+    for hidden in [(24,), (40, 200, 16)]:
+        params = dict(hidden_layer_sizes=hidden, activation=activation, max_iter=3, random_state=0)
+        gpu = _fit("cuda", params, X, y)
+        expected = forward(X.copy(), gpu.coefs_, gpu.intercepts_, activation, gpu.out_activation_)
+        if target == "binary":
+            expected = np.hstack([1 - expected, expected])
+        got = gpu.predict_proba(cupy.asarray(X))
+        assert isinstance(got, cupy.ndarray)
+        np.testing.assert_allclose(got.get(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_tensor_core_plans_follow_the_model_and_the_input(data):
+    """The launches kept for an input shape point at the model's arrays: a refit, new
+    intercepts, another activation, Fortran-ordered, offset and float64 input each give
+    what the NumPy forward pass gives for the model as it is now."""
+    import cupy
+
+    from sknn_gpu._backend import device_limits
+    from sknn_gpu.neural_network._base import forward
+
+    if device_limits().compute_capability < (8, 0):
+        pytest.skip("tensor-core kernel needs compute capability 8.0")
+    X, y = data
+    X = X.astype(np.float32)
+    clf = _fit("cuda", dict(hidden_layer_sizes=(48, 20), max_iter=2, random_state=0), X, y)
+    Xd = cupy.asarray(X)
+
+    def check(got, Xh=X):
+        expected = forward(Xh.copy(), clf.coefs_, clf.intercepts_, clf.activation, "softmax")
+        np.testing.assert_allclose(got.get(), expected, rtol=1e-5, atol=1e-6)
+
+    for _ in range(3):  # the first call builds the plan, the next ones replay it
+        check(clf.predict_proba(Xd))
+    clf.intercepts_ = [b + 0.25 for b in clf.intercepts_]
+    check(clf.predict_proba(Xd))
+    clf.set_params(activation="tanh")
+    check(clf.predict_proba(Xd))
+    check(clf.predict_proba(cupy.asfortranarray(Xd)))
+    check(clf.predict_proba(Xd[1:]), X[1:])  # another start address
+    flat = cupy.concatenate([cupy.zeros(1, dtype=cupy.float32), Xd.ravel()])
+    check(clf.predict_proba(flat[1:].reshape(X.shape)))  # contiguous, not 16-byte aligned
+    got = clf.predict_proba(Xd.astype(np.float64))  # cast to the model's float32
+    assert got.dtype == np.float32
+    check(got)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        clf.set_params(activation="relu", max_iter=3).fit(X[::-1], y[::-1])
+    check(clf.predict_proba(Xd))
+    with pytest.raises(ValueError, match="features"):
+        clf.predict_proba(Xd[:, :10])
+
+
+def test_tensor_core_prediction_gives_way_where_a_split_copy_would_be_too_large(data, monkeypatch):
+    """dense_tc keeps split copies of the hidden layers' coefficients with the model; a
+    network with a layer whose copy would pass TC_PACK_MAX takes the cuBLAS products (no
+    copy made), same result."""
+    import cupy
+
+    from sknn_gpu.neural_network import _predict_cuda
     from sknn_gpu.neural_network._base import forward
 
     X, y = data
     X = X.astype(np.float32)
     clf = _fit("cuda", dict(hidden_layer_sizes=(40,), max_iter=2, random_state=0), X, y)
-    monkeypatch.setattr(_mlp_cuda, "TC_PACK_MAX", 2 * 64 * 64 * 4 - 1)  # 64 inputs need one byte more
+    monkeypatch.setattr(
+        _predict_cuda, "TC_PACK_MAX", 2 * 128 * 64 * 4 - 1
+    )  # 64 inputs by 128 columns: one byte more
     launched = []
-    real = _mlp_cuda._tail_kernel
-    monkeypatch.setattr(_mlp_cuda, "_tail_kernel", lambda *a: launched.append(a) or real(*a))
+    real = _predict_cuda._forward_tc
+    monkeypatch.setattr(_predict_cuda, "_forward_tc", lambda *a, **k: launched.append(a) or real(*a, **k))
     got = clf.predict_proba(cupy.asarray(X)).get()
-    assert launched and not any(a[2] for a in launched)  # tail_fused, not tail_tc
-    assert clf._tail_pack(clf._device_copy("coefs_")) is None
+    assert not launched
+    assert clf._tc_packs(clf._device_copy("coefs_")) is None
     expected = forward(X.copy(), clf.coefs_, clf.intercepts_, "relu", "softmax")
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
@@ -336,14 +421,21 @@ def test_nan_in_cupy_input_is_refused_after_the_forward_pass(data):
             method(bad)
 
 
-@pytest.mark.parametrize("hidden", [(8,), (8, 6)])
+@pytest.mark.parametrize("hidden", [(8,), (8, 6), (200,)])
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
-def test_non_finite_cupy_input_is_refused_whichever_kernel_reads_the_first_products(data, hidden, value):
-    """The first layer's products stand in for a pass over X: out_fused reads them with one
-    hidden layer, bias_act_rows with two; a zero weight column must not hide the value."""
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("width", [64, 63])
+def test_non_finite_cupy_input_is_refused_whichever_kernel_reads_the_first_products(
+    data, hidden, value, dtype, width
+):
+    """The first kernel's reads stand in for a pass over X. float64: out_fused reads the first
+    layer's products with one hidden layer, bias_act_rows with two; float32 on tensor cores:
+    dense_tc reads X itself (in 16-byte vectors with 64 features, value by value with 63). A
+    zero weight column must not hide the value."""
     import cupy
 
     X, y = data
+    X = X[:, :width].astype(dtype)
     clf = _fit("cuda", dict(hidden_layer_sizes=hidden, max_iter=1, random_state=0), X, y)
     clf.coefs_[0][7, :] = 0.0  # inf * 0 is NaN, still caught
     clf.coefs_ = list(clf.coefs_)  # a new list: the device copies are rebuilt
@@ -363,10 +455,10 @@ def test_fused_output_layer_matches_numpy_at_every_width_and_row_count(dtype, n_
     reads), row counts around a warp's rows, softmax and logistic outputs."""
     import cupy
 
-    from sknn_gpu.neural_network import _mlp_cuda
+    from sknn_gpu.neural_network import _predict_cuda
     from sknn_gpu.neural_network._base import forward
 
-    monkeypatch.setattr(_mlp_cuda, "USE_TAIL", False)
+    monkeypatch.setattr(_predict_cuda, "USE_TAIL", False)
     rng = np.random.default_rng(n_out)
     rtol = 1e-5 if dtype == np.float32 else 1e-12
     for n_hid, activation in [(36, "tanh"), (37, "relu"), (258, "logistic")]:
@@ -374,11 +466,11 @@ def test_fused_output_layer_matches_numpy_at_every_width_and_row_count(dtype, n_
         coefs = [(rng.normal(size=(a, b)) / np.sqrt(a)).astype(dtype) for a, b in zip(sizes[:-1], sizes[1:])]
         inters = [rng.normal(size=b).astype(dtype) for b in sizes[1:]]
         dc, di = [cupy.asarray(c) for c in coefs], [cupy.asarray(b) for b in inters]
-        ow = _mlp_cuda.out_weights(dc[-1])
+        ow = _predict_cuda.out_weights(dc[-1])
         for out in ("softmax", "logistic"):
             for n in (1, 7, 33):
                 X = rng.normal(size=(n, 20)).astype(dtype)
-                got = _mlp_cuda.forward_cuda(cupy.asarray(X), dc, di, activation, out, ow)
+                got = _predict_cuda.forward_cuda(cupy.asarray(X), dc, di, activation, out, ow)
                 expected = forward(X.copy(), coefs, inters, activation, out)
                 assert got.shape == (n, n_out)
                 np.testing.assert_allclose(got.get(), expected, rtol=rtol, atol=rtol * 1e-1)

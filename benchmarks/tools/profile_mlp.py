@@ -29,7 +29,7 @@ from sklearn.utils.validation import check_is_fitted
 from sknn_gpu import GPUMLPClassifier
 from sknn_gpu._kernels import get_function
 from sknn_gpu.neural_network._data import check_X
-from sknn_gpu.neural_network._mlp_cuda import forward_cuda
+from sknn_gpu.neural_network._predict_cuda import forward_cuda
 
 
 def main(argv=None):
@@ -120,8 +120,8 @@ def predict_profile(hidden):
     from cupyx.profiler import benchmark
 
     from sknn_gpu._backend import host_flag
-    from sknn_gpu.neural_network import _mlp_cuda
-    from sknn_gpu.neural_network._mlp_cuda import ACT_CODES, OUT_CODES, _tail_fused
+    from sknn_gpu.neural_network import _predict_cuda
+    from sknn_gpu.neural_network._predict_cuda import ACT_CODES, OUT_CODES, _tail_fused
     from sknn_gpu.neural_network._mlp_graph import cublas_library, gemm, on_current_stream
 
     clf, Xt, _ = _fitted(hidden)
@@ -143,42 +143,44 @@ def predict_profile(hidden):
     last = len(coefs) - 1
     n_hid = coefs[last].shape[0]
     ways = {"automatic (what predict runs)": dict(USE_TAIL=True, USE_TENSOR_CORES=True)}
-    if last >= 1 and n_hid <= _mlp_cuda.TC_TAIL_MAX:
-        for tm in (3, 5, 8):
-            ways[f"tail_tc, {tm} row tiles a block"] = dict(USE_TAIL=True, USE_TENSOR_CORES=True, tm=tm)
-    if last >= 1 and n_hid <= _mlp_cuda.TAIL_MAX:
+    for bm in _predict_cuda._TC_ROWS:
+        ways[f"dense_tc, {bm} rows a block"] = dict(USE_TAIL=True, USE_TENSOR_CORES=True, bm=bm)
+    ways["dense_tc, then out_fused"] = dict(USE_TAIL=False, USE_TENSOR_CORES=True)
+    if last >= 1 and n_hid <= _predict_cuda.TAIL_MAX:
         ways["tail_fused (automatic rows)"] = dict(USE_TAIL=True, USE_TENSOR_CORES=False)
     ways["cuBLAS products + out_fused"] = dict(USE_TAIL=False, USE_TENSOR_CORES=False)
     ref = None
     for name, way in ways.items():
-        tm = way.pop("tm", None)
-        keep = {key: getattr(_mlp_cuda, key) for key in way}
+        bm = way.pop("bm", None)
+        keep = {key: getattr(_predict_cuda, key) for key in way}
 
-        def fwd(tm=tm):
-            pack = clf._tail_pack(coefs)
-            return forward_cuda(X, coefs, inters, clf.activation, clf.out_activation_, out_w, flag, pack, tm)
+        def fwd(bm=bm):
+            packs = clf._tc_packs(coefs)
+            return forward_cuda(
+                X, coefs, inters, clf.activation, clf.out_activation_, out_w, flag, packs, tc_rows=bm
+            )
 
         try:
             for key, value in way.items():
-                setattr(_mlp_cuda, key, value)
+                setattr(_predict_cuda, key, value)
             act_code, out_code = ACT_CODES[clf.activation], OUT_CODES[clf.out_activation_]
             in_act = -1 if last < 2 else act_code
-            plan = _tail_fused(np.float32, in_act, act_code, out_code, n_hid, 10, X.shape[0], tm)
+            plan = _tail_fused(np.float32, in_act, act_code, out_code, n_hid, 10, X.shape[0])
             P = fwd()
             ref = P if ref is None else ref
             err = float(cp.abs(P - ref).max())
             wall, gpu = us(fwd), gpu_us(fwd)
             print(f"  forward, {name:34s} wall {wall:8.1f} us, GPU {gpu:8.1f} us, max |P - first| {err:.1e}")
-            if way["USE_TAIL"] and plan is not None:
-                k, bm, threads, smem, _ = plan
+            if way["USE_TAIL"] and not way["USE_TENSOR_CORES"] and plan is not None:
+                k, rows, threads, smem = plan
                 at = k.attributes
                 print(
-                    f"    {bm} rows x {threads} threads a block: {at['num_regs']} registers, "
+                    f"    {rows} rows x {threads} threads a block: {at['num_regs']} registers, "
                     f"{at['local_size_bytes']} B local memory, {smem} B shared"
                 )
         finally:
             for key, value in keep.items():
-                setattr(_mlp_cuda, key, value)
+                setattr(_predict_cuda, key, value)
     print(f"  flag read back (stream synchronize)                {us(lambda: flag_host[0]):8.1f} us")
     lib = cublas_library()
     h = on_current_stream(lib)
@@ -205,8 +207,9 @@ def predict_profile(hidden):
                 clf._device_copy("intercepts_"),
                 clf._out_w(coefs),
             ),
+            "size check of clean input (cached)": lambda: clf._check_clean_size(X),
             "forward pass (host time to queue it)": lambda: forward_cuda(
-                X, coefs, inters, clf.activation, clf.out_activation_, out_w, flag, clf._tail_pack(coefs)
+                X, coefs, inters, clf.activation, clf.out_activation_, out_w, flag, clf._tc_packs(coefs)
             ),
         }
     )

@@ -21,14 +21,16 @@
 // Minibatch helpers (the GEMMs are cuBLAS through CuPy): bias_act, out_delta
 // (out_delta_w with sample weights), act_deriv, params_update.
 //
-// Prediction (forward_cuda): bias_act_rows after each hidden layer's product. In float32,
-// a last hidden layer of at most 128 units and at most 32 outputs: tail_tc (tensor cores,
-// sm_80 and newer) or tail_fused computes that layer's product, bias and activation and the
-// output layer in one launch. Otherwise out_fused (the last hidden layer's bias and
-// activation, the output layer's product, its bias and activation, for at most 32 outputs)
-// or, for wider outputs, a product and bias_out. The kernel that reads X or the first
-// layer's products also flags a value that is not finite, which stands in for a separate
-// pass over the input.
+// Prediction (forward_cuda). float32 on sm_80 and newer: every hidden layer is one
+// dense_tc launch (tensor cores, 3xTF32: the product, then the bias and activation); a last
+// hidden layer of at most 128 units with at most 32 outputs takes the output layer in the
+// same launch. Otherwise (float64, older GPUs) a cuBLAS product and bias_act_rows each hidden
+// layer, and tail_fused (a last hidden layer of at most 128 units, at most 32 outputs: that
+// layer and the output layer in one launch). Where no kernel takes the output layer,
+// out_fused (the last hidden layer's bias and activation, the output layer's product, its
+// bias and activation, for at most 32 outputs) or, for wider outputs, a product and
+// bias_out. The kernel that reads X or the first layer's products also flags a value that
+// is not finite, which stands in for a separate pass over the input.
 //
 // Graph-replayed minibatch steps (_mlp_graph.py): a step captured once as a CUDA graph
 // learns which minibatch it is from the device counter *step: gather_batch copies that
@@ -914,24 +916,11 @@ __global__ void __launch_bounds__(512, 1) tail_fused(const T* __restrict__ A, co
     tail_output<T, OUT, 512>(Hs, LDH, W2s, b2, Ls, P, row0, rows, BM, H, O);
 }
 
-// ---------------------------------------------------------------- tail_tc
-// tail_fused's work in float32 on tensor cores (sm_80 and newer), to float32 accuracy: each
-// product a w is taken as the three TF32 products a_s w_b + a_b w_s + a_b w_b, where
-// x_b = tf32(x) (rounded to nearest, ties away) and x_s = tf32(x - x_b), summed in float32
-// by mma.sync m16n8k8 (the "3xTF32" split: the dropped a_s w_s is below float32's rounding).
-// 256 threads, 8 warps side by side over the block's BN = 64 NT columns (warp w: columns
-// 8 NT w .. 8 NT w + 8 NT - 1, NT tiles of 8) and all of its BM = 16 MT rows (MT tiles of
-// 16). The K loop runs in chunks of BK = 32: the next chunk is read into registers while
-// this one is multiplied (A (rows, K) in 16-byte vectors when VEC: K a multiple of 4 and A
-// 16-byte aligned; else value by value), then checked (flag), given the input's bias and
-// activation (IN_ACT >= 0), split and stored in shared memory as two TF32 halves. W comes
-// split already: Wp (2, BN, Kp) words, the halves of the layer's coefficients (K, H) by
-// columns, zero padded to BN columns of Kp values (a multiple of BK; pack_tail_weights),
-// copied as is. Both are kept by rows of LDA = BK + 4 words (A's rows, W's columns), so
-// that ldmatrix reads the mma fragments (four 8 x 4 tiles a lane group) without bank
-// conflicts. The epilogue is tail_fused's: H = act(Z + b) in shared memory, the logits,
-// the output activation. Dynamic shared memory, in 4-byte words: the larger of
-// 2 (BM + BN) LDA and BM (BN + 1) + H O + BM O.
+// ---------------------------------------------------------------- tensor-core helpers
+// float32 products on tensor cores to float32 accuracy: each product a w is taken as the
+// three TF32 products a_s w_b + a_b w_s + a_b w_b, where x_b = tf32(x) (rounded to nearest,
+// ties away) and x_s = tf32(x - x_b), summed in float32 by mma.sync m16n8k8 (the "3xTF32"
+// split: the dropped a_s w_s is below float32's rounding).
 __device__ __forceinline__ unsigned tf32_round(const float x)
 {
     unsigned r;
@@ -959,97 +948,110 @@ __device__ __forceinline__ void ldsm_x4(unsigned* d, const unsigned* p)
                  : "memory");
 }
 
-__device__ __forceinline__ void ldsm_x2(unsigned* d, const unsigned* p)
-{
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(d[0]), "=r"(d[1]) : "r"(a) : "memory");
-}
-
-template <int IN_ACT, int ACT, int OUT, int NT, int MT, bool VEC>
-__global__ void __launch_bounds__(256, 1) tail_tc(const float* __restrict__ A, const float* __restrict__ bin,
-                                                  const uint4* __restrict__ Wp, const float* __restrict__ b,
-                                                  const float* __restrict__ W2, const float* __restrict__ b2,
-                                                  float* __restrict__ P, const long long rows, const int K,
-                                                  const int H, const int O, int* __restrict__ flag)
+// ---------------------------------------------------------------- dense_tc
+// A hidden layer on tensor cores to float32 accuracy (the 3xTF32 split above): the product
+// Z = A (rows, K) W (K, N), then
+//  - OUT < 0 (a layer whose values stay in memory): ACT >= 0 writes act(Z + b) to Out
+//    (rows, N); ACT < 0 writes the product alone (the kernel after it applies b and the
+//    activation as it reads it);
+//  - OUT >= 0 (the last hidden layer, N <= BN, with the output layer, as tail_fused):
+//    H = act(Z + b) stays in shared memory and the output layer (W2 (N, O), b2, the output
+//    activation OUT) writes Out (rows, O).
+// W comes split already: Wp (2, Np, Kp) words, the TF32 halves of W by columns, zero padded
+// to Np (a multiple of BN = 128) columns of Kp (a multiple of BK = 32) values
+// (pack_tc_weights). Block i of the 1-D grid takes column tile i % (Np / BN) and row tile
+// i / (Np / BN) (BM rows): consecutive blocks share their rows of A, read from DRAM once.
+// 256 threads, 2 x 4 warps: warp (wm, wn) owns rows BM / 2 wm .. + BM / 2 (MT = BM / 32
+// tiles of 16) and columns 32 wn .. + 32 (NT = 4 tiles of 8) of the tile. K in chunks of
+// BK: the next chunk is read into registers while this one is multiplied, then checked
+// (flag), split and stored into the other of two shared buffers (one barrier a chunk). A is
+// read in 16-byte vectors when VEC (K a multiple of 4, A 16-byte aligned). The buffers' rows
+// are LDA = BK + 4 words, so that ldmatrix reads the fragments (four 8 x 4 tiles a lane
+// group) without bank conflicts. With
+// flag not null, a value of A that is not finite sets *flag. The host picks BM (64, 96 or
+// 128) by how evenly the blocks fill the SMs. Dynamic shared memory, in 4-byte words: the
+// larger of 4 (BM + BN) LDA (two stages) and, with OUT >= 0, BM (BN + 1) + N O + BM O.
+template <int BM, int ACT, int OUT, bool VEC>
+__global__ void __launch_bounds__(256, 1) dense_tc(const float* __restrict__ A, const uint4* __restrict__ Wp,
+                                                   const float* __restrict__ b, const float* __restrict__ W2,
+                                                   const float* __restrict__ b2, float* __restrict__ Out,
+                                                   const long long rows, const int K, const int N, const int Np,
+                                                   const int O, int* __restrict__ flag)
 {
 #if __CUDA_ARCH__ >= 800
-    constexpr int BK = 32, BM = 16 * MT, BN = 64 * NT, LDA = BK + 4;
-    constexpr int AV = (BM * BK / 4 + 255) / 256;  // A's 4-value groups a thread moves (VEC)
-    constexpr int AS = BM * BK / 256;               // A's values a thread moves (not VEC)
-    constexpr int WQ = BN * BK / 4;                 // 16-byte pieces of one half of a W chunk
-    constexpr int WV = 2 * WQ / 256;                // of both halves, a thread
+    constexpr int BN = 128, WN = 4, BK = 32, LDA = BK + 4;
+    constexpr int MT = BM / 32, NT = 4;
+    static_assert(BM % 32 == 0, "dense_tc: BM a multiple of 32");
+    constexpr int AV = BM * BK / 4 / 256;  // A's 4-value groups a thread moves (VEC)
+    constexpr int AS = BM * BK / 256;      // A's values a thread moves (not VEC)
+    constexpr int WQ = BN * BK / 4;        // 16-byte pieces of one half of a W chunk
+    constexpr int WV = 2 * WQ / 256;       // of both halves, a thread
+    constexpr int STAGE = 2 * (BM + BN) * LDA;
     extern __shared__ __align__(16) unsigned char tc_raw[];
-    unsigned* Ab = reinterpret_cast<unsigned*>(tc_raw);  // [BM][LDA] TF32 halves of A
-    unsigned* As = Ab + BM * LDA;
-    unsigned* Wb = As + BM * LDA;  // [BN][LDA] TF32 halves of W by columns (Ws = Wb + BN LDA)
+    unsigned* const smem = reinterpret_cast<unsigned*>(tc_raw);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, gq = lane >> 2, tq = lane & 3;
-    const long long row0 = (long long)blockIdx.x * BM;
+    const int wm = warp / WN, wn = warp - wm * WN;
+    const int ntiles = Np / BN;
+    const int col0 = (int)(blockIdx.x % ntiles) * BN;
+    const long long row0 = (long long)(blockIdx.x / ntiles) * BM;
     const long long kp4 = (K + BK - 1) / BK * (BK / 4);  // Kp / 4: a column of Wp in 16-byte pieces
     float chk = 0.0f;  // becomes NaN once a value read is not finite (x * 0 is NaN then)
 
     // VEC: group e = tid + 256 i of a chunk is row e / 8, columns 4 (e % 8) .. + 3 (the same
-    // columns, 4 (tid % 8), for every i); else value e is row e / BK, column e % BK = lane
-    float4 ra4[VEC ? AV : 1], rb4 = make_float4(0.f, 0.f, 0.f, 0.f);
-    float ra[VEC ? 1 : AS], rb = 0.0f;
+    // columns for every i); else value e is row e / BK, column e % BK = lane
+    float4 ra4[VEC ? AV : 1];
+    float ra[VEC ? 1 : AS];
     uint4 rw[WV];
-    const int kc = VEC ? 4 * (tid & 7) : lane;  // this thread's (first) column in a chunk
+    const int kc = VEC ? 4 * (tid & 7) : lane;
     auto load = [&](int k0) {
         const bool kin = k0 + kc < K;
         if (VEC) {
 #pragma unroll
             for (int i = 0; i < AV; ++i) {
-                const int r = (tid + 256 * i) >> 3;
-                const bool ok = kin && r < BM && row0 + r < rows;
-                ra4[i] = ok ? *reinterpret_cast<const float4*>(A + (row0 + r) * K + k0 + kc)
-                            : make_float4(0.f, 0.f, 0.f, 0.f);
+                const long long gr = row0 + (tid >> 3) + 32 * i;
+                ra4[i] = (kin && gr < rows) ? *reinterpret_cast<const float4*>(A + gr * K + k0 + kc)
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
             }
-            if (IN_ACT >= 0 && kin) rb4 = *reinterpret_cast<const float4*>(bin + k0 + kc);
         } else {
 #pragma unroll
             for (int i = 0; i < AS; ++i) {
                 const long long gr = row0 + (tid >> 5) + 8 * i;
-                ra[i] = (gr < rows && kin) ? A[gr * K + k0 + kc] : 0.0f;
+                ra[i] = (kin && gr < rows) ? A[gr * K + k0 + kc] : 0.0f;
             }
-            if (IN_ACT >= 0 && kin) rb = bin[k0 + kc];
         }
-        // piece e: half e / WQ, column q / 8, columns' values 4 (q % 8) .. + 3 (q = e % WQ)
+        // piece e: half e / WQ, column q / 8 of the tile, values 4 (q % 8) .. + 3 (q = e % WQ)
 #pragma unroll
         for (int i = 0; i < WV; ++i) {
             const int e = tid + 256 * i, h = e / WQ, q = e - h * WQ;
-            rw[i] = Wp[((long long)h * BN + (q >> 3)) * kp4 + (k0 >> 2) + (q & 7)];
+            rw[i] = Wp[((long long)h * Np + col0 + (q >> 3)) * kp4 + (k0 >> 2) + (q & 7)];
         }
     };
-    // one value of A: checked, its bias and activation applied (inside the matrix only),
-    // split into the two TF32 halves
-    auto prep = [&](float v, const float bias, const bool inside, unsigned& hi, unsigned& lo) {
+    auto split = [&](const float v, unsigned& hi, unsigned& lo) {
         if (flag != nullptr) chk = fmaf(v, 0.0f, chk);
-        if (IN_ACT >= 0 && inside) v = act_fn<float>(v + bias, IN_ACT);
         hi = tf32_round(v);
         lo = tf32_round(v - __uint_as_float(hi));
     };
-    auto store = [&](int k0) {
-        const bool kin = k0 + kc < K;
+    auto store = [&](unsigned* Ab) {
+        unsigned* As = Ab + BM * LDA;
+        unsigned* Wb = As + BM * LDA;
         if (VEC) {
 #pragma unroll
             for (int i = 0; i < AV; ++i) {
-                const int r = (tid + 256 * i) >> 3;
-                if (r < BM) {
-                    const bool inside = kin && row0 + r < rows;
-                    uint4 hi, lo;
-                    prep(ra4[i].x, rb4.x, inside, hi.x, lo.x);
-                    prep(ra4[i].y, rb4.y, inside, hi.y, lo.y);
-                    prep(ra4[i].z, rb4.z, inside, hi.z, lo.z);
-                    prep(ra4[i].w, rb4.w, inside, hi.w, lo.w);
-                    *reinterpret_cast<uint4*>(Ab + r * LDA + kc) = hi;
-                    *reinterpret_cast<uint4*>(As + r * LDA + kc) = lo;
-                }
+                const int r = (tid >> 3) + 32 * i;
+                uint4 hi, lo;
+                split(ra4[i].x, hi.x, lo.x);
+                split(ra4[i].y, hi.y, lo.y);
+                split(ra4[i].z, hi.z, lo.z);
+                split(ra4[i].w, hi.w, lo.w);
+                *reinterpret_cast<uint4*>(Ab + r * LDA + kc) = hi;
+                *reinterpret_cast<uint4*>(As + r * LDA + kc) = lo;
             }
         } else {
 #pragma unroll
             for (int i = 0; i < AS; ++i) {
                 const int r = (tid >> 5) + 8 * i;
                 unsigned hi, lo;
-                prep(ra[i], rb, kin && row0 + r < rows, hi, lo);
+                split(ra[i], hi, lo);
                 Ab[r * LDA + kc] = hi;
                 As[r * LDA + kc] = lo;
             }
@@ -1070,33 +1072,31 @@ __global__ void __launch_bounds__(256, 1) tail_tc(const float* __restrict__ A, c
             for (int q = 0; q < 4; ++q) acc[m][n][q] = 0.0f;
         }
     }
-    const unsigned* Ws = Wb + BN * LDA;
     const int chunks = (K + BK - 1) / BK;
-    // ldmatrix row addresses: A tile m (16 rows): rows 16 m + (lane % 8) + 8 ((lane / 8) % 2),
-    // columns ks + 4 (lane / 16); B tiles 2 p, 2 p + 1 of this warp: columns (of W) 8 NT warp
-    // + 16 p + (lane % 8) + 8 (lane / 16), rows of W ks + 4 ((lane / 8) % 2)
-    const int a_off = ((lane & 7) + 8 * ((lane >> 3) & 1)) * LDA + 4 * (lane >> 4);
-    const int b_off = (warp * 8 * NT + (lane & 7) + 8 * (lane >> 4)) * LDA + 4 * ((lane >> 3) & 1);
+    // ldmatrix row addresses: A tile m: rows 16 MT wm + 16 m + (lane % 8) +
+    // 8 ((lane / 8) % 2), columns ks + 4 (lane / 16); B tiles 2 p, 2 p + 1: columns 32 wn +
+    // 16 p + (lane % 8) + 8 (lane / 16), rows of W ks + 4 ((lane / 8) % 2)
+    const int a_off = (16 * MT * wm + (lane & 7) + 8 * ((lane >> 3) & 1)) * LDA + 4 * (lane >> 4);
+    const int b_off = (8 * NT * wn + (lane & 7) + 8 * (lane >> 4)) * LDA + 4 * ((lane >> 3) & 1);
     load(0);
-    store(0);
+    store(smem);
     __syncthreads();
     for (int t = 0; t < chunks; ++t) {
         if (t + 1 < chunks) load((t + 1) * BK);
+        const unsigned* Ab = smem + (t & 1) * STAGE;
+        const unsigned* As = Ab + BM * LDA;
+        const unsigned* Wb = As + BM * LDA;
+        const unsigned* Ws = Wb + BN * LDA;
 #pragma unroll
         for (int ks = 0; ks < BK; ks += 8) {
             unsigned bb[NT][2], bs[NT][2], ab[MT][4], as[MT][4];
 #pragma unroll
             for (int p = 0; p < NT; p += 2) {
-                if (NT == 1) {
-                    ldsm_x2(bb[0], Wb + b_off + ks);
-                    ldsm_x2(bs[0], Ws + b_off + ks);
-                } else {
-                    unsigned r[4];
-                    ldsm_x4(r, Wb + b_off + 8 * p * LDA + ks);
-                    bb[p][0] = r[0]; bb[p][1] = r[1]; bb[p + 1][0] = r[2]; bb[p + 1][1] = r[3];
-                    ldsm_x4(r, Ws + b_off + 8 * p * LDA + ks);
-                    bs[p][0] = r[0]; bs[p][1] = r[1]; bs[p + 1][0] = r[2]; bs[p + 1][1] = r[3];
-                }
+                unsigned r[4];
+                ldsm_x4(r, Wb + b_off + 8 * p * LDA + ks);
+                bb[p][0] = r[0]; bb[p][1] = r[1]; bb[p + 1][0] = r[2]; bb[p + 1][1] = r[3];
+                ldsm_x4(r, Ws + b_off + 8 * p * LDA + ks);
+                bs[p][0] = r[0]; bs[p][1] = r[1]; bs[p + 1][0] = r[2]; bs[p + 1][1] = r[3];
             }
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
@@ -1120,34 +1120,65 @@ __global__ void __launch_bounds__(256, 1) tail_tc(const float* __restrict__ A, c
                 for (int n = 0; n < NT; ++n) mma_tf32(acc[m][n], ab[m], bb[n]);
             }
         }
+        if (t + 1 < chunks) store(smem + ((t + 1) & 1) * STAGE);
         __syncthreads();
-        if (t + 1 < chunks) {
-            store((t + 1) * BK);
-            __syncthreads();
-        }
     }
     if (flag != nullptr && __any_sync(0xffffffffu, chk != chk) && lane == 0) *flag = 1;
 
-    constexpr int LDH = BN + 1;
-    float* Hs = reinterpret_cast<float*>(tc_raw);  // [BM][LDH]
-    float* W2s = Hs + BM * LDH;                    // [H][O]
-    float* Ls = W2s + H * O;                       // [BM][O]
+    // lane (gq, tq) holds rows gq, gq + 8 and columns 2 tq, 2 tq + 1 of each 16 x 8 tile
+    if (OUT < 0) {
 #pragma unroll
-    for (int n = 0; n < NT; ++n) {
-        const int c0 = warp * 8 * NT + 8 * n + 2 * tq;
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int c = c0 + (q & 1);
-            const float bc = c < H ? b[c] : 0.0f;
+        for (int n = 0; n < NT; ++n) {
+            const int c = col0 + 8 * NT * wn + 8 * n + 2 * tq;
+            if (c >= N) continue;
+            const bool two = c + 1 < N;
+            float b0 = 0.0f, b1 = 0.0f;
+            if (ACT >= 0) {
+                b0 = b[c];
+                b1 = two ? b[c + 1] : 0.0f;
+            }
 #pragma unroll
             for (int m = 0; m < MT; ++m) {
-                const int r = 16 * m + gq + 8 * (q >> 1);
-                Hs[r * LDH + c] = c < H ? act_fn<float>(acc[m][n][q] + bc, ACT) : 0.0f;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const long long r = row0 + 16 * MT * wm + 16 * m + gq + 8 * h;
+                    if (r >= rows) continue;
+                    float v0 = acc[m][n][2 * h], v1 = acc[m][n][2 * h + 1];
+                    if (ACT >= 0) {
+                        v0 = act_fn<float>(v0 + b0, ACT);
+                        v1 = act_fn<float>(v1 + b1, ACT);
+                    }
+                    float* z = Out + r * N + c;
+                    if (two && (N & 1) == 0) {  // 8-byte aligned: N even, c even
+                        *reinterpret_cast<float2*>(z) = make_float2(v0, v1);
+                    } else {
+                        z[0] = v0;
+                        if (two) z[1] = v1;
+                    }
+                }
             }
         }
+    } else {
+        constexpr int LDH = BN + 1;
+        float* Hs = reinterpret_cast<float*>(tc_raw);  // [BM][LDH]
+        float* W2s = Hs + BM * LDH;                    // [N][O]
+        float* Ls = W2s + N * O;                       // [BM][O]
+#pragma unroll
+        for (int n = 0; n < NT; ++n) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int c = 8 * NT * wn + 8 * n + 2 * tq + (q & 1);
+                const float bc = c < N ? b[c] : 0.0f;
+#pragma unroll
+                for (int m = 0; m < MT; ++m) {
+                    const int r = 16 * MT * wm + 16 * m + gq + 8 * (q >> 1);
+                    Hs[r * LDH + c] = c < N ? act_fn<float>(acc[m][n][q] + bc, ACT > 0 ? ACT : 0) : 0.0f;
+                }
+            }
+        }
+        for (int e = tid; e < N * O; e += 256) W2s[e] = W2[e];
+        __syncthreads();
+        tail_output<float, OUT < 0 ? 0 : OUT, 256>(Hs, LDH, W2s, b2, Ls, Out, row0, rows, BM, N, O);
     }
-    for (int e = tid; e < H * O; e += 256) W2s[e] = W2[e];
-    __syncthreads();
-    tail_output<float, OUT, 256>(Hs, LDH, W2s, b2, Ls, P, row0, rows, BM, H, O);
 #endif
 }

@@ -81,11 +81,12 @@ from .._sklearn_compat import (
     check_sample_weight,
 )
 from ..base import DeviceClassifierMixin, DeviceMixin, restore_state, snapshot_state, validates_params
-from . import _interop
+from . import _interop, _predict_cuda
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
 from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
 from ._mlp_cpu import CPUTrainer
-from ._mlp_cuda import OUT_FUSED_MAX, CUDATrainer, forward_cuda, out_weights, pack_tail_weights, tail_tc_tiles
+from ._mlp_cuda import CUDATrainer
+from ._predict_cuda import OUT_FUSED_MAX, forward_cuda, out_weights, tc_packs, use_dense_tc
 from ._size import DENSE_ITEMS, check_size, sparse_items
 
 __all__ = ["GPUMLPClassifier"]
@@ -610,12 +611,15 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         :func:`._size.check_size` (``data``: ``x_on_device``, ``batch_size``,
         ``first_pass``, ``x_items``).
 
+        Returns True when the estimate was large enough to be compared with the free
+        memory (see :func:`._size.check_size`).
+
         Raises
         ------
         InsufficientMemoryError
             Naming the bytes needed and the bytes free.
         """
-        check_size(self, phase, units, n_samples, dtype, **data)
+        return check_size(self, phase, units, n_samples, dtype, **data)
 
     # ------------------------------------------------------------------ training
     def _snapshot(self):
@@ -877,9 +881,12 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         """Output-layer activations of ``X`` on ``device_`` (NumPy or CuPy)."""
         if "coefs_" not in self.__dict__:  # (scikit-learn's check costs microseconds a call)
             check_is_fitted(self, "coefs_")
+        dtype = self.coefs_[0].dtype
+        if self._clean_device_input(X, dtype):
+            self._check_clean_size(X)
+            return self._forward_device(X, True)
         dense_cupy = is_device_array(X) and not is_sparse(X)
         X = check_X(self, X, reset=False, finite=not dense_cupy)  # dense CuPy: checked below
-        dtype = self.coefs_[0].dtype
         units = [self.n_features_in_] + [c.shape[1] for c in self.coefs_]
         sparse = is_sparse(X)
         n, n_in = X.shape
@@ -906,6 +913,50 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             X = X.astype(dtype)
         if self.device_ != "cuda":
             return forward(X, coefs, inters, self.activation, self.out_activation_)
+        return self._forward_device(X, dense_cupy)
+
+    def _clean_device_input(self, X, dtype):
+        """Whether ``X`` is a CuPy ndarray that :func:`._data.check_X` would pass as it is
+        (up to a contiguous copy) to a model on the GPU with a hidden layer: 2-D, at least
+        one row, the fitted number of features, the model's dtype. Such input skips the
+        general checks (their Python costs microseconds that a prediction on the GPU
+        waits for); anything else takes them, and their errors."""
+        t = type(X)
+        return (
+            t.__name__ == "ndarray"
+            and t.__module__ == "cupy"
+            and self.device_ == "cuda"
+            and X.ndim == 2
+            and X.shape[0] >= 1
+            and X.shape[1] == self.n_features_in_
+            and X.dtype == dtype
+            and len(self.coefs_) > 1
+        )
+
+    def _check_clean_size(self, X):
+        """The size check of clean input (:meth:`_clean_device_input`): once per row count
+        while the estimate stays below the size that is compared with the free memory (the
+        estimate grows with the rows; the counts that needed no check are cached with the
+        device copy of the coefficients)."""
+        n = X.shape[0]
+        unchecked = self._derived(("unchecked_rows", "cuda"), self.coefs_, _rows_set)
+        if n in unchecked:
+            return
+        units = [self.n_features_in_] + [c.shape[1] for c in self.coefs_]
+        if not self._check_size("predict", units, n, X.dtype, x_on_device=True):
+            if len(unchecked) >= 64:
+                unchecked.clear()
+            unchecked.add(n)
+
+    def _forward_device(self, X, dense_cupy):
+        """The forward pass of ``X`` (a CuPy array of the model's dtype) on the GPU.
+
+        The NaN check of CuPy input comes after the forward pass is queued: a flag set by the
+        first kernel, one wait for both. A flagged product is NaN or infinite X, or finite X
+        that overflowed: X decides."""
+        coefs, inters = self._device_copy("coefs_"), self._device_copy("intercepts_")
+        if not X.flags.c_contiguous:
+            X = self._xp.ascontiguousarray(X)
         flag = flag_host = None
         if dense_cupy and len(coefs) > 1:  # the values the first kernel reads stand in for a pass over X
             flag_host, flag = host_flag()
@@ -917,10 +968,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             self.out_activation_,
             self._out_w(coefs),
             flag,
-            self._tail_pack(coefs),
+            self._tc_packs(coefs),
         )
-        # the NaN check of CuPy input after the forward pass is queued: one wait for both.
-        # A flagged product is NaN or infinite X, or finite X that overflowed: X decides
         if dense_cupy:
             if flag is not None:
                 synchronize("cuda")
@@ -928,13 +977,12 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
                 raise ValueError("Input X contains NaN or infinity.")
         return P
 
-    def _tail_pack(self, coefs):
-        """The last hidden layer's coefficients as the tensor-core output kernel reads them
-        (two TF32 halves, padded), cached with the device copy; None when it does not run."""
-        nt = tail_tc_tiles(coefs)
-        if nt is None:
-            return None
-        return self._derived(("tail_pack", "cuda"), coefs, lambda c: pack_tail_weights(c[-2], nt))
+    def _tc_packs(self, coefs):
+        """The hidden layers' coefficients as the tensor-core kernel reads them (two TF32
+        halves, padded), cached with the device copy; None when it does not run."""
+        # keyed by the switches too (tests and the profile tool change them on a fitted model)
+        key = ("tc_packs", "cuda", _predict_cuda.USE_TENSOR_CORES, _predict_cuda.TC_PACK_MAX)
+        return self._derived(key, coefs, lambda c: tc_packs(c) if use_dense_tc(c) else None)
 
     def _out_w(self, coefs):
         """The output layer's coefficients padded on the device as the fused output kernel
@@ -948,6 +996,11 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if self.n_outputs_ == 1:
             P = P.ravel()
         return self._label_binarizer.inverse_transform(P)
+
+
+def _rows_set(_):
+    """A new empty set (the cache of row counts whose prediction needs no size check)."""
+    return set()
 
 
 #: the trainer of each resolved device: the one place the MLP picks its engine

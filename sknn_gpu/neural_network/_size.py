@@ -55,6 +55,12 @@ def check_size(
     x_on_device, batch_size, first_pass, x_items
         As for :func:`size_estimate`.
 
+    Returns
+    -------
+    checked : bool
+        Whether the estimate was large enough to be compared with the free memory (False:
+        a call of this size or smaller needs no check).
+
     Raises
     ------
     InsufficientMemoryError
@@ -79,7 +85,7 @@ def check_size(
         x_items=x_items,
     )
     if host < _CHECK_FROM and dev < _CHECK_FROM:
-        return
+        return False
 
     def what():  # formatted only when a check fails (a few microseconds a predict call)
         n_params = sum(a * b + b for a, b in zip(units[:-1], units[1:]))
@@ -92,6 +98,7 @@ def check_size(
         check_memory(host, "cpu", what=what)
     if dev >= _CHECK_FROM:
         check_memory(dev, est.device_, what=what)
+    return True
 
 
 def size_estimate(
