@@ -168,12 +168,12 @@ def test_float32(data, graph_runs):
 
 def test_graph_and_launched_steps_agree(data, monkeypatch):
     """The graph makes the same updates as the per-step launches it replaces."""
-    from sknn_gpu.neural_network import _predict_cuda
+    from sknn_gpu.neural_network import _mlp_cuda
 
     X, y = data
     params = dict(hidden_layer_sizes=(24, 12), batch_size=40, max_iter=3, random_state=0)
     graph = _fit("cuda", params, X, y)
-    monkeypatch.setattr(_predict_cuda, "USE_GRAPHS", False)
+    monkeypatch.setattr(_mlp_cuda, "USE_GRAPHS", False)
     launched = _fit("cuda", params, X, y)
     _same(launched, graph, rtol=1e-10)
 
@@ -289,7 +289,9 @@ def test_prediction_kernels_match_the_product_path_and_numpy(data, hidden, kerne
     if tc:
         assert paths == ["_forward_tc"] * 12
     else:
-        fused = dtype == np.float32 and hidden[-1] <= _predict_cuda.TAIL_MAX  # float64 keeps cuBLAS's products
+        fused = (
+            dtype == np.float32 and hidden[-1] <= _predict_cuda.TAIL_MAX
+        )  # float64 keeps cuBLAS's products
         assert paths == (["_tail_kernel"] * 8 if fused else [])
     coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
     expected = forward(X.copy(), clf.coefs_, clf.intercepts_, activation, "softmax")
@@ -308,7 +310,9 @@ def test_prediction_kernels_match_the_product_path_and_numpy(data, hidden, kerne
     elif fused:  # every number of rows a block of tail_fused takes (430 rows get the fewest)
         top = _predict_cuda._TAIL_MAX_TM[next(w for w in _predict_cuda._TAIL_MAX_TM if hidden[-1] <= w)]
         for tm in range(2, top + 1):
-            got = _predict_cuda.forward_cuda(cupy.asarray(X), coefs, inters, activation, "softmax", tail_tm=tm)
+            got = _predict_cuda.forward_cuda(
+                cupy.asarray(X), coefs, inters, activation, "softmax", tail_tm=tm
+            )
             np.testing.assert_allclose(got.get(), expected, rtol=rtol, atol=atol, err_msg=f"tm={tm}")
 
 

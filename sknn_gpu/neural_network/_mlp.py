@@ -939,11 +939,14 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         estimate grows with the rows; the counts that needed no check are cached with the
         device copy of the coefficients)."""
         n = X.shape[0]
-        unchecked = self._derived(("unchecked_rows", "cuda"), self.coefs_, _rows_set)
-        if n in unchecked:
+        hit = self.__dict__.get("_device_cache", {}).get(("unchecked_rows", "cuda"))
+        if hit is not None and hit[0] is self.coefs_ and n in hit[1]:
             return
         units = [self.n_features_in_] + [c.shape[1] for c in self.coefs_]
-        if not self._check_size("predict", units, n, X.dtype, x_on_device=True):
+        if not self._check_size(
+            "predict", units, n, X.dtype, x_on_device=True
+        ):  # (a failed call caches nothing)
+            unchecked = self._derived(("unchecked_rows", "cuda"), self.coefs_, _rows_set)
             if len(unchecked) >= 64:
                 unchecked.clear()
             unchecked.add(n)
