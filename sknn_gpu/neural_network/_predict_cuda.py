@@ -333,12 +333,11 @@ def _forward_tc(X, coefs, inters, act, out, out_w, flag, packs, bm=None):
         X = cp.ascontiguousarray(X)
     vec = X.shape[1] % 4 == 0 and X.data.ptr % 16 == 0
     model = (coefs, inters, out_w, packs)
-    key = (device_limits().device_id, n, vec, act, out, USE_TAIL) + tuple(map(id, model))
-    plan = _PLANS.records.get(key) if bm is None else None
+    key = (device_limits().device_id, n, vec, act, out, USE_TAIL, bm) + tuple(map(id, model))
+    plan = _PLANS.records.get(key)
     if plan is None or not plan.holds(model):
         plan = _tc_plan(n, coefs, inters, act, out, out_w, packs, vec, bm)
-        if bm is None:
-            _PLANS.register(key, lambda: plan)
+        _PLANS.register(key, lambda: plan)
     fast = plan.calls > 0 and plan.steps[0].rec is not None
     stream = cp.cuda.get_current_stream().ptr if fast else 0
     fl, flag_ptr = (_NULL, 0) if flag is None else (flag, flag.data.ptr)
@@ -356,7 +355,7 @@ def _forward_tc(X, coefs, inters, act, out, out_w, flag, packs, bm=None):
             args = tuple(A if a is _IN else Out if a is _OUT else (fl if a is _FLAG else a) for a in st.args)
             st.kernel((st.blocks,), (256,), args, shared_mem=st.smem)
         A = Out
-    if plan.calls == 0 and bm is None and driver_launch() is not None:
+    if plan.calls == 0 and driver_launch() is not None:
         try:  # the first call went through RawKernel (the context is current now)
             for st in plan.steps:
                 st.record()
