@@ -21,8 +21,8 @@ import cupy as cp
 import numpy as np
 import torch
 
-from sknn_gpu.neural_network._predict_cuda import forward_cuda
 from sknn_gpu.neural_network._mlp_graph import cublas_library, gemm, on_current_stream
+from sknn_gpu.neural_network._predict_cuda import forward_cuda
 
 SHAPES = [
     (10000, 784, 100),

@@ -121,8 +121,8 @@ def predict_profile(hidden):
 
     from sknn_gpu._backend import host_flag
     from sknn_gpu.neural_network import _predict_cuda
-    from sknn_gpu.neural_network._predict_cuda import ACT_CODES, OUT_CODES, _tail_fused
     from sknn_gpu.neural_network._mlp_graph import cublas_library, gemm, on_current_stream
+    from sknn_gpu.neural_network._predict_cuda import ACT_CODES, OUT_CODES, _tail_fused
 
     clf, Xt, _ = _fitted(hidden)
     X = Xt[:10_000]
