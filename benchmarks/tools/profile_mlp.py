@@ -9,6 +9,7 @@ Run from the repository root::
     python benchmarks/tools/profile_mlp.py [--hidden 100]
     python benchmarks/tools/profile_mlp.py --predict --hidden 1280
     python benchmarks/tools/profile_mlp.py --steps sgd --hidden 1280
+    python benchmarks/tools/profile_mlp.py --per-sample-phases --hidden 100
 """
 
 import argparse
@@ -47,6 +48,11 @@ def main(argv=None):
         help="instead: predict_proba of 10,000 rows piece by piece (host and GPU time of each part)",
     )
     parser.add_argument(
+        "--per-sample-phases",
+        action="store_true",
+        help="instead: where a per-sample SGD epoch's time goes, phase by phase (the fused kernel's clock)",
+    )
+    parser.add_argument(
         "--ab-draws",
         action="store_true",
         help="instead: one-epoch fit with the initial weights drawn on the GPU against on the host",
@@ -56,6 +62,8 @@ def main(argv=None):
     hidden = tuple(int(u) for u in args.hidden.split(","))
     if args.ab_draws:
         return ab_draws(hidden, args.solver)
+    if args.per_sample_phases:
+        return per_sample_phases(hidden)
     if args.steps:
         return step_profile(hidden, args.steps)
     if args.predict:
@@ -286,6 +294,66 @@ def ab_draws(hidden, solver, rounds=15):
         f"{np.median(times['host']) * 1e3:.2f} ms"
     )
     host_profile(lambda: clf.fit(Xt, yt), "tottime", 25)
+
+
+#: the phases SGD1_MARK records in mlp_sgd1, in order
+_SGD1_PHASES = (
+    "zero the block's partial sums, block barrier",
+    "(1) W1 rows: last sample's update, this one's hidden units; (2) W2 rows; barrier",
+    "block partials to global memory, next sample's row loaded",
+    "grid barrier",
+    "partials of every block summed (through L2), barrier",
+    "output activation, loss and delta (one thread), barrier",
+    "(5) hidden deltas of the block's units, barrier",
+)
+
+
+def per_sample_phases(hidden, n=20_000):
+    """Where one per-sample SGD epoch (the fused kernel, bench_mlp's per-sample settings)
+    spends its time: the kernel compiled with SGD1_PHASES, whose block 0 adds the SM clock
+    cycles of each phase of every sample; each phase's share of the cycles times the
+    epoch's time a sample. Also the epoch's time without the instrumentation."""
+    import cupy as cp
+
+    from sknn_gpu._kernels import get_module
+    from sknn_gpu.neural_network import _mlp_cuda
+
+    warnings.simplefilter("ignore")  # one-epoch fits: ConvergenceWarning each time
+    rng = np.random.default_rng(0)
+    X = cp.asarray(rng.random((n, 784), dtype=np.float32))
+    y = cp.asarray(rng.integers(0, 10, n))
+    common = dict(solver="sgd", momentum=0.0, learning_rate_init=0.01, alpha=1e-4, max_iter=1, random_state=0)
+    clf = GPUMLPClassifier(hidden, batch_size=1, device="cuda", **common)
+    clf.fit(X[:64], y[:64])  # compile
+    plain = time_call(lambda: clf.fit(X, y), repeat=3, warmup=1, device="cuda")
+    real = _mlp_cuda.get_function
+    names = []
+
+    def instrumented(family, name, **kw):
+        if name.startswith("mlp_sgd1"):
+            names.append(name)
+            return real(family, name, SGD1_PHASES=1, **kw)
+        return real(family, name, **kw)
+
+    _mlp_cuda.get_function = instrumented
+    try:
+        clf.fit(X[:64], y[:64])  # compile the instrumented kernel
+        acc = get_module("mlp", names[-1], SGD1_PHASES=1).get_global("sgd1_phases")
+        phases = cp.ndarray((8,), dtype=cp.uint64, memptr=acc)
+        phases.fill(0)
+        t = time_call(lambda: clf.fit(X, y), repeat=1, warmup=0, device="cuda")
+        cycles = phases.get()[: len(_SGD1_PHASES)].astype(np.float64)
+    finally:
+        _mlp_cuda.get_function = real
+    share = cycles / cycles.sum()
+    print(
+        f"hidden {hidden}: one per-sample SGD epoch of {n:,} x 784 float32 samples (batch_size=1, momentum 0)"
+    )
+    print(f"  epoch, plain kernel          {plain * 1e3:8.2f} ms  ({plain / n * 1e6:.2f} us a sample)")
+    print(f"  epoch, instrumented kernel   {t * 1e3:8.2f} ms  ({t / n * 1e6:.2f} us a sample)")
+    print("  phase of a sample (block 0's clock; share of its cycles x the plain epoch's time a sample):")
+    for name, sh in zip(_SGD1_PHASES, share):
+        print(f"    {name:84s} {sh * 100:5.1f} %  {sh * plain / n * 1e6:6.2f} us")
 
 
 def step_profile(hidden, solver):

@@ -37,6 +37,7 @@ __all__ = [
     "load_source",
     "render_defines",
     "load_module",
+    "get_module",
     "get_function",
     "clear_cache",
     "check_barrier_error",
@@ -167,6 +168,15 @@ def get_function(family: str, name: str, *, options=(), **defines):
         with _lock:
             _functions[fkey] = fn
     return fn
+
+
+def get_module(family: str, name: str, *, options=(), **defines):
+    """The ``cupy.RawModule`` that :func:`get_function` compiles kernel ``name`` of
+    ``family`` in (same arguments): for reading a module's ``__device__`` globals
+    (``get_global``), as profiling builds do."""
+    device_id = get_cupy().cuda.runtime.getDevice()
+    dkey = tuple((k, _define_value(v)) for k, v in sorted(defines.items()))
+    return _module(device_id, family, dkey, tuple(options), name if "<" in name else None)
 
 
 def clear_cache():

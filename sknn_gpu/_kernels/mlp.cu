@@ -148,6 +148,22 @@ __device__ __forceinline__ T opt_step(T w, T g, T* sa, T* sb, long long k, T lr,
 
 #define MLP_UNROLL 8
 
+// With SGD1_PHASES defined (benchmarks/tools/profile_mlp.py --per-sample-phases), thread 0
+// of block 0 adds the SM clock cycles of each phase of a sample to sgd1_phases[k]: where
+// the per-sample time goes. Marks sit after block barriers (or right before the grid
+// barrier), so each phase is the block's, not one thread's.
+#ifdef SGD1_PHASES
+__device__ unsigned long long sgd1_phases[8];
+#define SGD1_MARK(k)                                                   \
+    if (blockIdx.x == 0 && threadIdx.x == 0) {                         \
+        const long long now_ = clock64();                              \
+        sgd1_phases[k] += (unsigned long long)(now_ - sgd1_last_);     \
+        sgd1_last_ = now_;                                             \
+    }
+#else
+#define SGD1_MARK(k)
+#endif
+
 template <typename T, int ACT, int OUT, int SOLVER>
 __global__ void __launch_bounds__(512) mlp_sgd1(
     const T* __restrict__ X, const T* __restrict__ Y, const long long* __restrict__ order,
@@ -223,6 +239,9 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         b2b[c] = SOLVER == 3 ? sb2b[c] : (T)0;
     }
     double loss_acc = 0.0;
+#ifdef SGD1_PHASES
+    long long sgd1_last_ = clock64();
+#endif
 
     for (long long s = 0; s <= n_samples; ++s) {
         const bool prev = s > 0;
@@ -244,6 +263,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         }
         for (int c = tid; c < NW * P; c += blockDim.x) contrib[c] = (T)0;
         __syncthreads();
+        SGD1_MARK(0)
         const T lr = lr_s;
         T sq = (T)0;
 
@@ -319,6 +339,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         sq = wsum(sq);
         if (lane == 0) contrib[warp * P + n_out] += sq;
         __syncthreads();
+        SGD1_MARK(1)
         if (!fwd) break;
 
         // (3) block partials -> grid-wide sum in a fixed order
@@ -337,7 +358,9 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             for (int i = tid; i < n_in; i += blockDim.x) xn[i] = __ldg(X + row * n_in + i);
             for (int c = tid; c < n_out; c += blockDim.x) yn[c] = __ldg(Y + row * n_out + c);
         }
+        SGD1_MARK(2)
         if (!grid_barrier(counter, err)) return;  // timed out: the host raises
+        SGD1_MARK(3)
         for (int c = warp; c < P; c += NW) {
             T v = (T)0;
             for (int b = lane; b < G; b += 32) v += __ldcg(part + (long long)b * P + c);
@@ -345,6 +368,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             if (lane == 0) zs[c] = c < n_out ? v + b2s[c] : v;
         }
         __syncthreads();
+        SGD1_MARK(4)
         // (4) output activation, loss, output delta (thread 0; n_out is small)
         if (tid == 0) {
             double loss = out_loss_delta<T, OUT, false>(zs, zs, ys + (s & 1) * n_out, d2, n_out);
@@ -352,6 +376,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             loss_acc += loss;
         }
         __syncthreads();
+        SGD1_MARK(5)
         // (5) hidden deltas of this sample for the block's own units (W2 not yet updated)
         for (int jj = warp; jj < J; jj += NW) {
             if (jj >= Jb) break;
@@ -361,6 +386,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             if (lane == 0) d1[jj] = acc * act_grad<T>(hcur[jj], ACT);
         }
         __syncthreads();
+        SGD1_MARK(6)
     }
     if (resident) {  // the block's rows back to global memory
         __syncthreads();
