@@ -303,7 +303,7 @@ _SGD1_PHASES = (
     "block partials to global memory, next sample's row loaded",
     "grid barrier",
     "partials of every block summed (through L2), barrier",
-    "output activation, loss and delta (one thread), barrier",
+    "output activation, loss and delta (warp 0), barrier",
     "(5) hidden deltas of the block's units, barrier",
 )
 

@@ -78,6 +78,24 @@ __device__ __forceinline__ T wsum(T v)
     return v;
 }
 
+// Sum of v over the warp, in every lane.
+template <typename T>
+__device__ __forceinline__ T wsum_all(T v)
+{
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+    return v;
+}
+
+template <typename T>
+__device__ __forceinline__ T wmax_all(T v)
+{
+    for (int off = 16; off > 0; off >>= 1) {
+        const T o = __shfl_xor_sync(0xffffffffu, v, off);
+        v = o > v ? o : v;
+    }
+    return v;
+}
+
 // Logit c of a row: z[c], plus the bias b[c] when BIAS.
 template <typename T, bool BIAS>
 __device__ __forceinline__ T logit(const T* z, const T* b, const int c)
@@ -111,6 +129,65 @@ __device__ __forceinline__ double out_loss_delta(const T* z, const T* b, const T
         }
     }
     return l;
+}
+
+// out_loss_delta (no bias, d not z) by the 32 lanes of a warp: lane l takes outputs l,
+// l + 32, ... The softmax's sum is a butterfly over the lanes (every lane gets the same
+// bits). Returns this lane's share of the row's loss (its outputs' terms): the caller sums
+// the lanes' shares once, at the end of its rows.
+template <typename T, int OUT>
+__device__ __forceinline__ double out_loss_delta_warp(const T* z, const T* y, T* d, const int cols, const int lane)
+{
+    double l = 0.0;
+    if (OUT == 0) {
+        T mx = z[0];
+        for (int c = lane; c < cols; c += 32) mx = z[c] > mx ? z[c] : mx;
+        mx = wmax_all(mx);
+        T tot = (T)0;
+        for (int c = lane; c < cols; c += 32) {
+            const T e = exp(z[c] - mx);
+            d[c] = e;
+            tot += e;
+        }
+        tot = wsum_all(tot);
+        for (int c = lane; c < cols; c += 32) {
+            const T p = d[c] / tot;
+            if (y[c] != (T)0) l -= (double)y[c] * log((double)clip01(p));
+            d[c] = p - y[c];
+        }
+    } else {
+        for (int c = lane; c < cols; c += 32) {
+            const T p = (T)1 / ((T)1 + exp(-z[c]));
+            const T pc = clip01(p);
+            l -= (double)y[c] * log((double)pc) + (1.0 - (double)y[c]) * log(1.0 - (double)pc);
+            d[c] = p - y[c];
+        }
+    }
+    return l;
+}
+
+// cp.async (sm_80 and newer): one value of 4 or 8 bytes from global to shared memory,
+// without a register; the copies of a thread are waited for with cp_async_wait_all
+template <typename T>
+__device__ __forceinline__ void cp_async_value(T* dst, const T* src)
+{
+#if __CUDA_ARCH__ >= 800
+    const unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    if (sizeof(T) == 8) {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(a), "l"(src) : "memory");
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(a), "l"(src) : "memory");
+    }
+#else
+    *dst = __ldg(src);
+#endif
+}
+
+__device__ __forceinline__ void cp_async_wait_all()
+{
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
 }
 
 // One optimizer step on registers (SOLVER fixed at compile time): returns the new
@@ -239,6 +316,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         b2b[c] = SOLVER == 3 ? sb2b[c] : (T)0;
     }
     double loss_acc = 0.0;
+    long long row_next = n_samples > 1 ? __ldg(order + 1) : 0;  // the row of sample s + 1
 #ifdef SGD1_PHASES
     long long sgd1_last_ = clock64();
 #endif
@@ -348,32 +426,40 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         for (int c = tid; c < P; c += blockDim.x) {
             T v = (T)0;
             for (int w8 = 0; w8 < NW; ++w8) v += contrib[w8 * P + c];
-            part[(long long)blockIdx.x * P + c] = v;
+            part[(long long)c * G + blockIdx.x] = v;  // by output, then block: read coalesced below
         }
-        if (s + 1 < n_samples) {  // the next sample's row and targets, loaded while the grid syncs:
-            // its buffers held the previous sample's, read for the last time in (1)
-            const long long row = __ldg(order + s + 1);
+        if (s + 1 < n_samples) {  // the next sample's row and targets, copied while the grid syncs
+            // (cp.async: waited for before the barrier that ends this sample); its buffers held
+            // the previous sample's, read for the last time in (1). Its row index was read one
+            // sample ahead.
             T* xn = xbuf + ((s + 1) & 1) * n_in;
             T* yn = ys + ((s + 1) & 1) * n_out;
-            for (int i = tid; i < n_in; i += blockDim.x) xn[i] = __ldg(X + row * n_in + i);
-            for (int c = tid; c < n_out; c += blockDim.x) yn[c] = __ldg(Y + row * n_out + c);
+            for (int i = tid; i < n_in; i += blockDim.x) cp_async_value(xn + i, X + row_next * n_in + i);
+            for (int c = tid; c < n_out; c += blockDim.x) cp_async_value(yn + c, Y + row_next * n_out + c);
+            row_next = s + 2 < n_samples ? __ldg(order + s + 2) : 0;
         }
         SGD1_MARK(2)
         if (!grid_barrier(counter, err)) return;  // timed out: the host raises
         SGD1_MARK(3)
-        for (int c = warp; c < P; c += NW) {
+        for (int c = warp; c < P; c += NW) {  // a lane's blocks lane, lane + 32, ...: all loads first
+            T r[5];
+#pragma unroll
+            for (int i = 0; i < 5; ++i) r[i] = lane + 32 * i < G ? __ldcg(part + (long long)c * G + lane + 32 * i) : (T)0;
             T v = (T)0;
-            for (int b = lane; b < G; b += 32) v += __ldcg(part + (long long)b * P + c);
+#pragma unroll
+            for (int i = 0; i < 5; ++i) {
+                if (lane + 32 * i < G) v += r[i];
+            }
+            for (int b = lane + 160; b < G; b += 32) v += __ldcg(part + (long long)c * G + b);
             v = wsum(v);
             if (lane == 0) zs[c] = c < n_out ? v + b2s[c] : v;
         }
         __syncthreads();
         SGD1_MARK(4)
-        // (4) output activation, loss, output delta (thread 0; n_out is small)
-        if (tid == 0) {
-            double loss = out_loss_delta<T, OUT, false>(zs, zs, ys + (s & 1) * n_out, d2, n_out);
-            loss += 0.5 * alpha_d * (double)zs[n_out];
-            loss_acc += loss;
+        // (4) output activation, loss, output delta (warp 0; each lane keeps its share of the loss)
+        if (warp == 0) {
+            loss_acc += out_loss_delta_warp<T, OUT>(zs, ys + (s & 1) * n_out, d2, n_out, lane);
+            if (lane == 0) loss_acc += 0.5 * alpha_d * (double)zs[n_out];
         }
         __syncthreads();
         SGD1_MARK(5)
@@ -385,6 +471,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             acc = wsum(acc);
             if (lane == 0) d1[jj] = acc * act_grad<T>(hcur[jj], ACT);
         }
+        cp_async_wait_all();  // the next sample's row and targets, before the barrier
         __syncthreads();
         SGD1_MARK(6)
     }
@@ -401,7 +488,10 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             if (SOLVER >= 1) sb2a[c] = b2a[c];
             if (SOLVER == 3) sb2b[c] = b2b[c];
         }
-        if (tid == 0) loss_out[0] = loss_acc;
+        if (warp == 0) {
+            const double total = wsum_all(loss_acc);  // the lanes' shares of every sample's loss
+            if (lane == 0) loss_out[0] = total;
+        }
     }
 }
 
@@ -546,23 +636,6 @@ __device__ __forceinline__ void load_cols(T* r, const T* __restrict__ p, const i
     }
 }
 
-// Sum of v over the warp, in every lane.
-template <typename T>
-__device__ __forceinline__ T wsum_all(T v)
-{
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
-    return v;
-}
-
-template <typename T>
-__device__ __forceinline__ T wmax_all(T v)
-{
-    for (int off = 16; off > 0; off >>= 1) {
-        const T o = __shfl_xor_sync(0xffffffffu, v, off);
-        v = o > v ? o : v;
-    }
-    return v;
-}
 
 // Prediction's output layer, fused with the last hidden layer's bias and activation. Warp w
 // takes rows [R w, R w + R) of Z (rows, H: the last hidden layer's products before their
