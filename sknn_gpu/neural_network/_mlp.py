@@ -943,9 +943,8 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if hit is not None and hit[0] is self.coefs_ and n in hit[1]:
             return
         units = [self.n_features_in_] + [c.shape[1] for c in self.coefs_]
-        if not self._check_size(
-            "predict", units, n, X.dtype, x_on_device=True
-        ):  # (a failed call caches nothing)
+        checked = self._check_size("predict", units, n, X.dtype, x_on_device=True)  # a refusal caches nothing
+        if not checked:
             unchecked = self._derived(("unchecked_rows", "cuda"), self.coefs_, _rows_set)
             if len(unchecked) >= 64:
                 unchecked.clear()
