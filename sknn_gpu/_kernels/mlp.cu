@@ -103,9 +103,10 @@ __device__ __forceinline__ T logit(const T* z, const T* b, const int c)
     return BIAS ? z[c] + b[c] : z[c];
 }
 
-// One row of logits through the output activation (OUT), shared by out_delta and
-// mlp_sgd1: returns the row's log-loss against the 0/1 targets y (in double) and writes
-// the output delta p - y into d. d may be z itself: each z[c] is read before d[c] is written.
+// One row of logits through the output activation (OUT), by one thread (out_delta and
+// out_delta_w; mlp_sgd1 has the warp's version, out_loss_delta_warp): returns the row's
+// log-loss against the 0/1 targets y (in double) and writes the output delta p - y into d.
+// d may be z itself: each z[c] is read before d[c] is written.
 template <typename T, int OUT, bool BIAS>
 __device__ __forceinline__ double out_loss_delta(const T* z, const T* b, const T* y, T* d, const int cols)
 {
