@@ -831,7 +831,6 @@ def bench_defaults(gpu, args):
             ours = time_call(lambda: clf.fit(dX, dy), repeat=args.repeat, warmup=1, device="cuda")  # noqa: B023
             loss = clf.loss_
             q = dX[:10000]
-            ours_pred = time_call(lambda: clf.predict_proba(q), repeat=20, warmup=3, device="cuda")  # noqa: B023
         peers = {}
         if torch is not None:
             peers = torch_default_epochs(torch, X, y, units, solver, bs, args.repeat)
@@ -853,6 +852,7 @@ def bench_defaults(gpu, args):
                 ours_pred, torch_pred = float(np.median(ours_t)), float(np.median(torch_t))
             pred_rows.append((h, ours_pred, torch_pred, same))
         elif gpu:
+            ours_pred = time_call(lambda: clf.predict_proba(q), repeat=20, warmup=3, device="cuda")  # noqa: B023
             pred_rows.append((h, ours_pred, None, None))
 
         def cell(key, peers=peers, ours=ours):

@@ -128,9 +128,7 @@ def load_module(name: str, *, options=(), **defines):
     Most callers want :func:`get_function`; this is for tests and tools that list a
     family's ``extern "C"`` kernels.
     """
-    device_id = get_cupy().cuda.runtime.getDevice()
-    dkey = tuple(sorted((k, _define_value(v)) for k, v in defines.items()))
-    return _module(device_id, name, dkey, tuple(options), None)
+    return get_module(name, "", options=options, **defines)
 
 
 def get_function(family: str, name: str, *, options=(), **defines):
@@ -161,10 +159,7 @@ def get_function(family: str, name: str, *, options=(), **defines):
     fkey = (device_id, family, name, dkey, options)
     fn = _functions.get(fkey)
     if fn is None:
-        dkey = tuple((k, _define_value(v)) for k, v, _t in dkey)
-        instance = name if "<" in name else None
-        mod = _module(device_id, family, dkey, tuple(options), instance)
-        fn = mod.get_function(name)
+        fn = get_module(family, name, options=options, **defines).get_function(name)
         with _lock:
             _functions[fkey] = fn
     return fn
@@ -173,7 +168,8 @@ def get_function(family: str, name: str, *, options=(), **defines):
 def get_module(family: str, name: str, *, options=(), **defines):
     """The ``cupy.RawModule`` that :func:`get_function` compiles kernel ``name`` of
     ``family`` in (same arguments): for reading a module's ``__device__`` globals
-    (``get_global``), as profiling builds do."""
+    (``get_global``), as profiling builds do. A name without template arguments gives the
+    family's module without template instances (:func:`load_module`)."""
     device_id = get_cupy().cuda.runtime.getDevice()
     dkey = tuple((k, _define_value(v)) for k, v in sorted(defines.items()))
     return _module(device_id, family, dkey, tuple(options), name if "<" in name else None)
