@@ -285,6 +285,52 @@ def test_fused_per_sample_kernel_with_rows_in_shared_or_global_memory(digits, kw
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("kw", GPU_CASES[2:6], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()))
+def test_fused_per_sample_kernel_as_one_cluster_gives_the_grid_kernels_bits(digits, kw, dtype, monkeypatch):
+    """A per-sample grid of at most FUSED_CLUSTER_MAX blocks runs as one thread-block cluster
+    on compute capability 9.0: the same model to the bit as the grid-barrier kernel, and the
+    CPU's model (3, 7 and 8 blocks; softmax and, multilabel, logistic outputs)."""
+    from sklearn.datasets import make_multilabel_classification
+
+    from sknn_gpu._backend import device_limits
+    from sknn_gpu.neural_network import _mlp_cuda
+
+    if device_limits().compute_capability < (9, 0):
+        pytest.skip("thread-block clusters need compute capability 9.0")
+    Xtr, _, ytr, _ = digits
+    Xm, Ym = make_multilabel_classification(n_samples=120, n_features=30, n_classes=5, random_state=2)
+    launched = []
+    real = _mlp_cuda.get_function
+    monkeypatch.setattr(_mlp_cuda, "get_function", lambda f, n, **k: launched.append(n) or real(f, n, **k))
+    for hidden, X, y in [((40,), Xtr[:150], ytr[:150]), ((100,), Xtr[:150], ytr[:150]), ((128,), Xm, Ym)]:
+        params = dict(hidden_layer_sizes=hidden, max_iter=1, random_state=4, alpha=1e-3, **kw)
+        X = X.astype(dtype)
+        models = {}
+        for cluster in (True, False):
+            monkeypatch.setattr(_mlp_cuda, "FUSED_CLUSTER", cluster)
+            launched.clear()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConvergenceWarning)
+                models[cluster] = GPUMLPClassifier(device="cuda", **params).fit(X, y)
+            blocks = -(-hidden[0] // 16)
+            expected = (
+                f"mlp_sgd1_cluster<{'float' if dtype == np.float32 else 'double'}" if cluster else "mlp_sgd1<"
+            )
+            assert any(
+                n.startswith(expected) and (not cluster or n.endswith(f",{blocks}>")) for n in launched
+            )
+        a, b = models[True], models[False]
+        assert a.loss_curve_ == b.loss_curve_
+        for u, v in zip(a.coefs_ + a.intercepts_, b.coefs_ + b.intercepts_):
+            np.testing.assert_array_equal(u, v)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            cpu = GPUMLPClassifier(device="cpu", **params).fit(X, y)
+        _assert_same_model(cpu, a, rtol=1e-7 if dtype == np.float64 else 1e-4)
+
+
+@pytest.mark.cuda
 def test_cpu_gpu_parity_multilabel_fused(rng):
     X, Y = make_multilabel_classification(n_samples=150, n_features=30, n_classes=5, random_state=2)
     params = dict(

@@ -17,6 +17,9 @@
 //   (grid_barrier.cuh, monotonic 64-bit counter) times out and sets *err instead of hanging.
 //   With resident (when they fit), a block copies its rows of W1^T, W2, b1 and their
 //   optimizer state into shared memory for the launch and writes them back at its end.
+//   mlp_sgd1_cluster: the same for a grid that is one thread-block cluster (at most 8
+//   blocks, compute capability 9.0): a cluster barrier, and the partial outputs read from
+//   the other blocks' shared memory, in the same order (the same bits).
 //
 // Minibatch helpers (the GEMMs are cuBLAS through CuPy): bias_act, out_delta
 // (out_delta_w with sample weights), act_deriv, params_update.
@@ -40,6 +43,7 @@
 // step_advance moves the counter on after the update.
 
 #include "grid_barrier.cuh"
+#include "cluster.cuh"
 
 template <typename T>
 __device__ __forceinline__ T act_fn(T z, int act)
@@ -242,16 +246,26 @@ __device__ unsigned long long sgd1_phases[8];
 #define SGD1_MARK(k)
 #endif
 
-template <typename T, int ACT, int OUT, int SOLVER>
-__global__ void __launch_bounds__(512) mlp_sgd1(
-    const T* __restrict__ X, const T* __restrict__ Y, const long long* __restrict__ order,
-    const long long n_samples, const int n_in, const int n_hid, const int n_out, const int J,
-    T* __restrict__ W1T, T* __restrict__ b1, T* __restrict__ W2, T* __restrict__ b2,
-    T* __restrict__ sW1a, T* __restrict__ sW1b, T* __restrict__ sb1a, T* __restrict__ sb1b,
-    T* __restrict__ sW2a, T* __restrict__ sW2b, T* __restrict__ sb2a, T* __restrict__ sb2b,
-    T* __restrict__ partials, unsigned long long* __restrict__ counter, double* __restrict__ loss_out,
-    int* __restrict__ err, const double lr_d, const double mu_d, const double alpha_d,
-    const double beta1_d, const double beta2_d, const double eps_d, const long long t0, const int resident)
+// the parameters of mlp_sgd1 and mlp_sgd1_cluster, and the same names as arguments
+#define SGD1_PARAMS                                                                                          \
+    const T *__restrict__ X, const T *__restrict__ Y, const long long *__restrict__ order,                  \
+        const long long n_samples, const int n_in, const int n_hid, const int n_out, const int J,          \
+        T *__restrict__ W1T, T *__restrict__ b1, T *__restrict__ W2, T *__restrict__ b2,                    \
+        T *__restrict__ sW1a, T *__restrict__ sW1b, T *__restrict__ sb1a, T *__restrict__ sb1b,             \
+        T *__restrict__ sW2a, T *__restrict__ sW2b, T *__restrict__ sb2a, T *__restrict__ sb2b,             \
+        T *__restrict__ partials, unsigned long long *__restrict__ counter, double *__restrict__ loss_out,   \
+        int *__restrict__ err, const double lr_d, const double mu_d, const double alpha_d,                  \
+        const double beta1_d, const double beta2_d, const double eps_d, const long long t0, const int resident
+#define SGD1_ARGS                                                                                            \
+    X, Y, order, n_samples, n_in, n_hid, n_out, J, W1T, b1, W2, b2, sW1a, sW1b, sb1a, sb1b, sW2a, sW2b, sb2a, \
+        sb2b, partials, counter, loss_out, err, lr_d, mu_d, alpha_d, beta1_d, beta2_d, eps_d, t0, resident
+
+// The body of both: CL = 0 sums the blocks' partial outputs through global memory after the
+// grid barrier; CL > 0 (the grid is one cluster of CL <= 32 blocks, compute capability 9.0)
+// reads them from the other blocks' shared memory after a cluster barrier, in the same order,
+// so both give the same bits.
+template <typename T, int ACT, int OUT, int SOLVER, int CL>
+__device__ __forceinline__ void sgd1_run(SGD1_PARAMS)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     T* sm = reinterpret_cast<T*>(smem_raw);
@@ -268,6 +282,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
     T* d2 = b2b + n_out;                // n_out (delta of the previous sample)
     T* ys = d2 + n_out;                 // 2 * n_out (this sample's targets, the next one's)
     T* zs = ys + 2 * n_out;             // P
+    T* csum = zs + P;                   // 2 * P (CL > 0: this block's partial outputs, by parity)
     __shared__ T lr_s;
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -296,7 +311,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
                                 Jb, Jb, Jb};
     T* s_rows[9] = {nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr};
     if (resident) {
-        T* r = zs + P;
+        T* r = csum + 2 * P;
         const long long room[9] = {(long long)J * n_in, (long long)J * n_in, (long long)J * n_in,
                                    (long long)J * n_out, (long long)J * n_out, (long long)J * n_out, J, J, J};
         for (int q = 0; q < 9; ++q) {
@@ -424,10 +439,15 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         // (3) block partials -> grid-wide sum in a fixed order
         const int par = (int)(s & 1);
         T* part = partials + (long long)par * G * P;
+        T* mine = csum + par * P;
         for (int c = tid; c < P; c += blockDim.x) {
             T v = (T)0;
             for (int w8 = 0; w8 < NW; ++w8) v += contrib[w8 * P + c];
-            part[(long long)c * G + blockIdx.x] = v;  // by output, then block: read coalesced below
+            if (CL > 0) {
+                mine[c] = v;  // read by every block of the cluster
+            } else {
+                part[(long long)c * G + blockIdx.x] = v;  // by output, then block: read coalesced below
+            }
         }
         if (s + 1 < n_samples) {  // the next sample's row and targets, copied while the grid syncs
             // (cp.async: waited for before the barrier that ends this sample); its buffers held
@@ -440,6 +460,18 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             row_next = s + 2 < n_samples ? __ldg(order + s + 2) : 0;
         }
         SGD1_MARK(2)
+        if (CL > 0) {
+            // the buffer of this parity is written again two samples on, after the next
+            // cluster barrier, which no block passes before every block has read it here
+            cluster_arrive_release();
+            cluster_wait_acquire();
+            SGD1_MARK(3)
+            for (int c = warp; c < P; c += NW) {  // lane b: block b's partial, then the warp's sum
+                T v = lane < CL ? cluster_load(mine + c, (unsigned)lane) : (T)0;
+                v = wsum(v);
+                if (lane == 0) zs[c] = c < n_out ? v + b2s[c] : v;
+            }
+        } else {
         if (!grid_barrier(counter, err)) return;  // timed out: the host raises
         SGD1_MARK(3)
         for (int c = warp; c < P; c += NW) {  // a lane's blocks lane, lane + 32, ...: all loads first
@@ -454,6 +486,7 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
             for (int b = lane + 160; b < G; b += 32) v += __ldcg(part + (long long)c * G + b);
             v = wsum(v);
             if (lane == 0) zs[c] = c < n_out ? v + b2s[c] : v;
+        }
         }
         __syncthreads();
         SGD1_MARK(4)
@@ -476,6 +509,10 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         __syncthreads();
         SGD1_MARK(6)
     }
+    if (CL > 0) {  // no block leaves while another may still read its partial outputs
+        cluster_arrive_release();
+        cluster_wait_acquire();
+    }
     if (resident) {  // the block's rows back to global memory
         __syncthreads();
         for (int q = 0; q < 9; ++q) {
@@ -495,6 +532,23 @@ __global__ void __launch_bounds__(512) mlp_sgd1(
         }
     }
 }
+
+template <typename T, int ACT, int OUT, int SOLVER>
+__global__ void __launch_bounds__(512) mlp_sgd1(SGD1_PARAMS)
+{
+    sgd1_run<T, ACT, OUT, SOLVER, 0>(SGD1_ARGS);
+}
+
+// mlp_sgd1 as one cluster of CL blocks (the whole grid): a hardware cluster barrier and the
+// other blocks' shared memory instead of the grid barrier and L2. Compute capability 9.0
+// (older targets do not accept __cluster_dims__; the host never asks for it there).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+template <typename T, int ACT, int OUT, int SOLVER, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(512) mlp_sgd1_cluster(SGD1_PARAMS)
+{
+    sgd1_run<T, ACT, OUT, SOLVER, CL>(SGD1_ARGS);
+}
+#endif
 
 // ------------------------------------------------------------------ minibatch helpers
 // Sum v over the block (red: blockDim.x doubles of shared memory, blockDim.x a power of

@@ -20,6 +20,7 @@
 // uses the same formulas.
 
 #include "grid_barrier.cuh"  // the fused kernels' grid barrier (bounded wait, error word)
+#include "cluster.cuh"       // forward_cluster's barrier halves and remote addresses
 
 #define ACT_IDENTITY 0
 #define ACT_NEAT_SIGMOID 1
@@ -518,42 +519,30 @@ struct ClusterPrefetch {
 
 __device__ __forceinline__ unsigned cluster_rank() {
 #if CLUSTER > 1
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
+    return cluster_ctarank();
 #else
     return 0u;
 #endif
 }
 
-// the cluster barrier in two halves: arrive (release) early, wait (acquire) where needed;
-// every thread of the cluster calls each, at a point its warp reaches converged
+// the cluster barrier in two halves (cluster.cuh): arrive (release) early, wait (acquire)
+// where needed; every thread of the cluster calls each, at a point its warp reaches converged
 __device__ __forceinline__ void cluster_arrive() {
 #if CLUSTER > 1
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+    cluster_arrive_release();
 #endif
 }
 
 __device__ __forceinline__ void cluster_wait() {
 #if CLUSTER > 1
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+    cluster_wait_acquire();
 #endif
 }
-
-#if CLUSTER > 1
-// the shared::cluster address of block `rank`'s copy of this block's shared variable *p
-__device__ __forceinline__ unsigned cluster_address(const void* p, unsigned rank) {
-    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
-    unsigned r;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-    return r;
-}
-#endif
 
 // *p = v in the shared memory of block `rank` of the cluster (p: this block's address of the slot)
 __device__ __forceinline__ void store_remote(double* p, unsigned rank, double v) {
 #if CLUSTER > 1
-    asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(cluster_address(p, rank)), "d"(v) : "memory");
+    asm volatile("st.shared::cluster.f64 [%0], %1;" ::"r"(cluster_map(p, rank)), "d"(v) : "memory");
 #endif
 }
 
@@ -753,7 +742,7 @@ __device__ __forceinline__ bool cluster_step(const ClusterPrefetch& use, Cluster
 // s_cmd = v in the shared memory of block `rank` of the cluster (p: this block's address)
 __device__ __forceinline__ void store_remote_cmd(long long* p, unsigned rank, long long v) {
 #if CLUSTER > 1
-    asm volatile("st.relaxed.cluster.shared::cluster.s64 [%0], %1;" ::"r"(cluster_address(p, rank)), "l"(v) : "memory");
+    asm volatile("st.relaxed.cluster.shared::cluster.s64 [%0], %1;" ::"r"(cluster_map(p, rank)), "l"(v) : "memory");
 #endif
 }
 

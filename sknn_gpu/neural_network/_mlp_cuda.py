@@ -6,8 +6,10 @@
   launch);
 * ``kernels='custom'`` with single-sample products: our GEMV/GER (:mod:`sknn_gpu.linalg`);
 * ``batch_size=1`` with one hidden layer and ``kernels='custom'``: the persistent kernel
-  ``mlp_sgd1`` trains a chunk of samples in one launch (one grid barrier per sample);
-  not with sample weights or sparse data, which take the per-step path;
+  ``mlp_sgd1`` trains a chunk of samples in one launch (one grid barrier per sample; a
+  cluster barrier in ``mlp_sgd1_cluster`` when the grid is one cluster of at most
+  :data:`FUSED_CLUSTER_MAX` blocks); not with sample weights or sparse data, which take the
+  per-step path;
 * sample weights: ``out_delta_w`` (the output delta times each row's weight, the
   weighted loss), the same ``params_update`` with the weight sum as divisor;
 * sparse data: CSR on the device (:class:`~._data.CSRRows`), each minibatch densified
@@ -42,6 +44,13 @@ USE_GRAPHS = True
 #: whether the fused per-sample kernel keeps each block's rows of the weights and their
 #: optimizer state in shared memory when they fit (tests switch it off to compare)
 FUSED_RESIDENT = True
+#: whether the fused per-sample kernel runs as one thread-block cluster where its grid is at
+#: most :data:`FUSED_CLUSTER_MAX` blocks on a GPU of compute capability 9.0 (a hardware
+#: barrier and the blocks' shared memory instead of the grid barrier and L2; the same bits;
+#: tests switch it off to compare)
+FUSED_CLUSTER = True
+#: largest portable thread-block cluster
+FUSED_CLUSTER_MAX = 8
 #: fewest minibatch steps a call must plan (steps per epoch x epochs) for capturing to pay:
 #: capturing costs about 0.4 ms of host time per captured step (about six of them), a
 #: launched step about 0.25 ms, so a short partial_fit keeps launching step by step
@@ -74,7 +83,11 @@ class CUDATrainer(Trainer):
         a, o, s = ACT_CODES[config.activation], OUT_CODES[config.out_activation], int(opt.solver)
         self._codes = (ct, o, s)
         if self.fused:
-            self._k_sgd1 = get_function("mlp", f"mlp_sgd1<{ct},{a},{o},{s}>")
+            G = self.fused_plan[0]
+            if FUSED_CLUSTER and G <= FUSED_CLUSTER_MAX and device_limits().compute_capability >= (9, 0):
+                self._k_sgd1 = get_function("mlp", f"mlp_sgd1_cluster<{ct},{a},{o},{s},{G}>")
+            else:
+                self._k_sgd1 = get_function("mlp", f"mlp_sgd1<{ct},{a},{o},{s}>")
             return
         # replayed graphs: dense minibatches, any products but single-row custom ones
         self._graph_path = USE_GRAPHS and not sparse and not (self.custom and batch_size == 1)
@@ -101,7 +114,7 @@ class CUDATrainer(Trainer):
         NW = min(16, J)
         P = n_out + 1
         item = self.dtype.itemsize
-        smem = (2 * n_in + 3 * J + NW * P + 6 * n_out + P) * item
+        smem = (2 * n_in + 3 * J + NW * P + 6 * n_out + 3 * P) * item
         # the block's rows of W1^T, W2, b1 and their optimizer state, resident in shared memory
         rows = (1 + n_moments) * J * (n_in + n_out + 1) * item
         if FUSED_RESIDENT and smem + rows <= device_limits().smem_per_block_optin - 1024:  # 1 KiB: static
