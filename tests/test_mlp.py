@@ -331,6 +331,46 @@ def test_fused_per_sample_kernel_as_one_cluster_gives_the_grid_kernels_bits(digi
 
 
 @pytest.mark.cuda
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("kw", GPU_CASES[2:6], ids=lambda k: "-".join(f"{a}={b}" for a, b in k.items()))
+def test_fused_per_sample_kernel_with_rows_in_registers_gives_the_same_bits(kw, dtype, monkeypatch):
+    """Each hidden unit's row of the first layer (and its velocity) held in its warp's
+    registers: the same model to the bit as the shared-memory rows, with the grid and with the
+    cluster kernel, and the CPU's model. Inputs of 64, 300 and 1,030 features (the last too wide
+    for the registers, as is Adam's second moment: those keep the shared-memory rows)."""
+    from sknn_gpu.neural_network import _mlp_cuda
+
+    rng = np.random.default_rng(7)
+    launched = []
+    real = _mlp_cuda.get_function
+    monkeypatch.setattr(_mlp_cuda, "get_function", lambda f, n, **k: launched.append(n) or real(f, n, **k))
+    regs_per_value = np.dtype(dtype).itemsize // 4
+    for n_features, hidden, cluster in [(64, (40,), True), (300, (100,), False), (1030, (60,), True)]:
+        X = rng.random((120, n_features)).astype(dtype)
+        y = rng.integers(0, 4, 120)
+        monkeypatch.setattr(_mlp_cuda, "FUSED_CLUSTER", cluster)
+        params = dict(hidden_layer_sizes=hidden, max_iter=2, random_state=3, alpha=1e-3, **kw)
+        n_moments = 2 if kw["solver"] == "adam" else int(kw.get("momentum", 0.9) > 0)
+        kr = -(-n_features // 32)
+        fits = n_moments <= 1 and kr * (1 + n_moments) * regs_per_value <= _mlp_cuda.FUSED_REGISTER_MAX
+        models = {}
+        for registers in (True, False):
+            monkeypatch.setattr(_mlp_cuda, "FUSED_REGISTERS", registers)
+            launched.clear()
+            models[registers] = GPUMLPClassifier(device="cuda", **params).fit(X, y)
+            sgd1 = [n for n in launched if n.startswith("mlp_sgd1")]
+            assert len(sgd1) == 1
+            args = sgd1[0][sgd1[0].index("<") + 1 : -1].split(",")
+            assert int(args[4]) == (kr if registers and fits else 0), sgd1[0]
+        a, b = models[True], models[False]
+        assert a.loss_curve_ == b.loss_curve_
+        for u, v in zip(a.coefs_ + a.intercepts_, b.coefs_ + b.intercepts_):
+            np.testing.assert_array_equal(u, v)
+        cpu = GPUMLPClassifier(device="cpu", **params).fit(X, y)
+        _assert_same_model(cpu, a, rtol=1e-7 if dtype == np.float64 else 1e-4)
+
+
+@pytest.mark.cuda
 def test_cpu_gpu_parity_multilabel_fused(rng):
     X, Y = make_multilabel_classification(n_samples=150, n_features=30, n_classes=5, random_state=2)
     params = dict(

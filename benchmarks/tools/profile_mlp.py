@@ -346,13 +346,18 @@ def per_sample_phases(hidden, n=20_000):
     finally:
         _mlp_cuda.get_function = real
     share = cycles / cycles.sum()
+    labels = list(_SGD1_PHASES)
+    if "cluster" in names[-1]:  # mlp_sgd1_cluster: a cluster barrier, partials from shared memory
+        labels[3] = "cluster barrier"
+        labels[4] = "partials of every block summed (from the cluster's shared memory), barrier"
+    print(f"kernel {names[-1]}")
     print(
         f"hidden {hidden}: one per-sample SGD epoch of {n:,} x 784 float32 samples (batch_size=1, momentum 0)"
     )
     print(f"  epoch, plain kernel          {plain * 1e3:8.2f} ms  ({plain / n * 1e6:.2f} us a sample)")
     print(f"  epoch, instrumented kernel   {t * 1e3:8.2f} ms  ({t / n * 1e6:.2f} us a sample)")
     print("  phase of a sample (block 0's clock; share of its cycles x the plain epoch's time a sample):")
-    for name, sh in zip(_SGD1_PHASES, share):
+    for name, sh in zip(labels, share):
         print(f"    {name:84s} {sh * 100:5.1f} %  {sh * plain / n * 1e6:6.2f} us")
 
 

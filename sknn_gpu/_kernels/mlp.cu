@@ -20,6 +20,10 @@
 //   mlp_sgd1_cluster: the same for a grid that is one thread-block cluster (at most 8
 //   blocks, compute capability 9.0): a cluster barrier, and the partial outputs read from
 //   the other blocks' shared memory, in the same order (the same bits).
+//   KR > 0 (both kernels; one hidden unit a warp, at most 32 * KR inputs, plain SGD or
+//   momentum): each lane keeps its KR values of its unit's row of W1^T (and their velocity)
+//   in registers for the whole launch; the same operations in the same order (the same bits)
+//   with half the shared-memory traffic.
 //
 // Minibatch helpers (the GEMMs are cuBLAS through CuPy): bias_act, out_delta
 // (out_delta_w with sample weights), act_deriv, params_update.
@@ -264,7 +268,7 @@ __device__ unsigned long long sgd1_phases[8];
 // grid barrier; CL > 0 (the grid is one cluster of CL <= 32 blocks, compute capability 9.0)
 // reads them from the other blocks' shared memory after a cluster barrier, in the same order,
 // so both give the same bits.
-template <typename T, int ACT, int OUT, int SOLVER, int CL>
+template <typename T, int ACT, int OUT, int SOLVER, int KR, int CL>
 __device__ __forceinline__ void sgd1_run(SGD1_PARAMS)
 {
     extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -315,12 +319,12 @@ __device__ __forceinline__ void sgd1_run(SGD1_PARAMS)
         const long long room[9] = {(long long)J * n_in, (long long)J * n_in, (long long)J * n_in,
                                    (long long)J * n_out, (long long)J * n_out, (long long)J * n_out, J, J, J};
         for (int q = 0; q < 9; ++q) {
-            if (g_rows[q] == nullptr) continue;
+            if (g_rows[q] == nullptr || (KR > 0 && q < 3)) continue;  // KR: W1^T's rows in registers
             s_rows[q] = r;
             r += room[q];
             for (long long i = tid; i < sizes[q]; i += blockDim.x) s_rows[q][i] = g_rows[q][i];
         }
-        w1 = s_rows[0]; w1a = s_rows[1]; w1b = s_rows[2];
+        if (KR == 0) { w1 = s_rows[0]; w1a = s_rows[1]; w1b = s_rows[2]; }
         w2 = s_rows[3]; w2a = s_rows[4]; w2b = s_rows[5];
         v1 = s_rows[6]; v1a = s_rows[7]; v1b = s_rows[8];
         __syncthreads();
@@ -330,6 +334,18 @@ __device__ __forceinline__ void sgd1_run(SGD1_PARAMS)
         b2s[c] = b2[c];
         b2a[c] = SOLVER >= 1 ? sb2a[c] : (T)0;
         b2b[c] = SOLVER == 3 ? sb2b[c] : (T)0;
+    }
+    // KR: lane l of warp jj holds W1^T[j0 + jj, l + 32 u] (and its velocity) in wr[u] (ar[u])
+    constexpr int KW = KR > 0 ? KR : 1;
+    T wr[KW], ar[KW];
+    if (KR > 0) {
+#pragma unroll
+        for (int u = 0; u < KW; ++u) {
+            const int i = lane + 32 * u;
+            const bool ok = warp < Jb && i < n_in;
+            wr[u] = ok ? g_rows[0][(long long)warp * n_in + i] : (T)0;
+            ar[u] = SOLVER >= 1 && ok ? g_rows[1][(long long)warp * n_in + i] : (T)0;
+        }
     }
     double loss_acc = 0.0;
     long long row_next = n_samples > 1 ? __ldg(order + 1) : 0;  // the row of sample s + 1
@@ -369,7 +385,24 @@ __device__ __forceinline__ void sgd1_run(SGD1_PARAMS)
             T* w = w1 + off;
             const T dj = prev ? d1[jj] : (T)0;
             T acc = (T)0;
-            for (int base = 0; base < n_in; base += 32 * MLP_UNROLL) {
+            if (KR > 0) {  // the row in registers (jj == warp): the loop below, value for value
+#pragma unroll
+                for (int u = 0; u < KW; ++u) {
+                    const int i = lane + 32 * u;
+                    if (i < n_in) {
+                        T wi = wr[u];
+                        if (prev) {
+                            const T g = xp[i] * dj + alpha * wi;
+                            T unused = (T)0;
+                            wi = opt_reg<T, SOLVER>(wi, g, ar[u], unused, lr, mu, bt1, bt2, eps);
+                            wr[u] = wi;
+                        }
+                        sq += wi * wi;
+                        acc += wi * xc[i];
+                    }
+                }
+            }
+            for (int base = 0; KR == 0 && base < n_in; base += 32 * MLP_UNROLL) {
                 T wv[MLP_UNROLL], av[MLP_UNROLL], bv[MLP_UNROLL];
 #pragma unroll
                 for (int u = 0; u < MLP_UNROLL; ++u) {
@@ -513,6 +546,16 @@ __device__ __forceinline__ void sgd1_run(SGD1_PARAMS)
         cluster_arrive_release();
         cluster_wait_acquire();
     }
+    if (KR > 0 && warp < Jb) {
+#pragma unroll
+        for (int u = 0; u < KW; ++u) {
+            const int i = lane + 32 * u;
+            if (i < n_in) {
+                g_rows[0][(long long)warp * n_in + i] = wr[u];
+                if (SOLVER >= 1) g_rows[1][(long long)warp * n_in + i] = ar[u];
+            }
+        }
+    }
     if (resident) {  // the block's rows back to global memory
         __syncthreads();
         for (int q = 0; q < 9; ++q) {
@@ -533,20 +576,20 @@ __device__ __forceinline__ void sgd1_run(SGD1_PARAMS)
     }
 }
 
-template <typename T, int ACT, int OUT, int SOLVER>
+template <typename T, int ACT, int OUT, int SOLVER, int KR>
 __global__ void __launch_bounds__(512) mlp_sgd1(SGD1_PARAMS)
 {
-    sgd1_run<T, ACT, OUT, SOLVER, 0>(SGD1_ARGS);
+    sgd1_run<T, ACT, OUT, SOLVER, KR, 0>(SGD1_ARGS);
 }
 
 // mlp_sgd1 as one cluster of CL blocks (the whole grid): a hardware cluster barrier and the
 // other blocks' shared memory instead of the grid barrier and L2. Compute capability 9.0
 // (older targets do not accept __cluster_dims__; the host never asks for it there).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-template <typename T, int ACT, int OUT, int SOLVER, int CL>
+template <typename T, int ACT, int OUT, int SOLVER, int KR, int CL>
 __global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(512) mlp_sgd1_cluster(SGD1_PARAMS)
 {
-    sgd1_run<T, ACT, OUT, SOLVER, CL>(SGD1_ARGS);
+    sgd1_run<T, ACT, OUT, SOLVER, KR, CL>(SGD1_ARGS);
 }
 #endif
 

@@ -51,6 +51,14 @@ FUSED_RESIDENT = True
 FUSED_CLUSTER = True
 #: largest portable thread-block cluster
 FUSED_CLUSTER_MAX = 8
+#: whether the fused per-sample kernel keeps each hidden unit's row of the first layer's
+#: weights (and their velocity) in its warp's registers for the launch, where a block has at
+#: most one unit a warp and the row fits :data:`FUSED_REGISTER_MAX` 32-bit registers a lane
+#: (plain SGD and momentum; the same bits; tests switch it off to compare)
+FUSED_REGISTERS = True
+#: most 32-bit registers a lane spends on its share of a row and its velocity (more spills:
+#: float32 plain SGD up to 1,024 inputs, with momentum or in float64 up to 512)
+FUSED_REGISTER_MAX = 32
 #: fewest minibatch steps a call must plan (steps per epoch x epochs) for capturing to pay:
 #: capturing costs about 0.4 ms of host time per captured step (about six of them), a
 #: launched step about 0.25 ms, so a short partial_fit keeps launching step by step
@@ -83,11 +91,11 @@ class CUDATrainer(Trainer):
         a, o, s = ACT_CODES[config.activation], OUT_CODES[config.out_activation], int(opt.solver)
         self._codes = (ct, o, s)
         if self.fused:
-            G = self.fused_plan[0]
+            G, KR = self.fused_plan[0], self.fused_plan[5]
             if FUSED_CLUSTER and G <= FUSED_CLUSTER_MAX and device_limits().compute_capability >= (9, 0):
-                self._k_sgd1 = get_function("mlp", f"mlp_sgd1_cluster<{ct},{a},{o},{s},{G}>")
+                self._k_sgd1 = get_function("mlp", f"mlp_sgd1_cluster<{ct},{a},{o},{s},{KR},{G}>")
             else:
-                self._k_sgd1 = get_function("mlp", f"mlp_sgd1<{ct},{a},{o},{s}>")
+                self._k_sgd1 = get_function("mlp", f"mlp_sgd1<{ct},{a},{o},{s},{KR}>")
             return
         # replayed graphs: dense minibatches, any products but single-row custom ones
         self._graph_path = USE_GRAPHS and not sparse and not (self.custom and batch_size == 1)
@@ -102,8 +110,9 @@ class CUDATrainer(Trainer):
             self._k_act_deriv = get_function("mlp", f"act_deriv<{ct},{a}>")
 
     def _plan_fused(self, n_moments):
-        """Grid, shared memory and residency of the fused per-sample kernel (``n_moments``
-        state arrays per parameter), or None when the shape does not fit it."""
+        """Grid, shared memory, residency and registers a lane (KR, 0: none) of the fused
+        per-sample kernel (``n_moments`` state arrays per parameter), or None when the shape
+        does not fit it."""
         n_in, n_hid, n_out = self.layout.units
         if n_out > _FUSED_MAX_OUT:
             return None
@@ -115,13 +124,18 @@ class CUDATrainer(Trainer):
         P = n_out + 1
         item = self.dtype.itemsize
         smem = (2 * n_in + 3 * J + NW * P + 6 * n_out + 3 * P) * item
-        # the block's rows of W1^T, W2, b1 and their optimizer state, resident in shared memory
-        rows = (1 + n_moments) * J * (n_in + n_out + 1) * item
+        # a unit's row of W1^T (and velocity) in its warp's registers: KR values a lane
+        KR = -(-n_in // 32)
+        fits = J == NW and n_moments <= 1 and KR * (1 + n_moments) * item // 4 <= FUSED_REGISTER_MAX
+        KR = KR if FUSED_REGISTERS and fits else 0
+        # the block's rows of W1^T (unless in registers), W2, b1 and their optimizer state,
+        # resident in shared memory
+        rows = (1 + n_moments) * J * ((0 if KR else n_in) + n_out + 1) * item
         if FUSED_RESIDENT and smem + rows <= device_limits().smem_per_block_optin - 1024:  # 1 KiB: static
-            return G, J, NW, smem + rows, 1
+            return G, J, NW, smem + rows, 1, KR
         if smem > 46 * 1024:
             return None
-        return G, J, NW, smem, 0
+        return G, J, NW, smem, 0, KR
 
     # -------------------------------------------------------------- epoch
     def epoch(self, X, Y, order, opt):
@@ -278,7 +292,7 @@ class CUDATrainer(Trainer):
         b_W1, b_b1, b_W2, b_b2 = parts(self.moment2)
         dummy = cupy.zeros(1, dtype=self.dtype)
         pick = lambda a: a if a is not None else dummy  # noqa: E731
-        G, J, NW, smem, resident = self.fused_plan
+        G, J, NW, smem, resident, _ = self.fused_plan
         if smem > self._k_sgd1.max_dynamic_shared_size_bytes:
             self._k_sgd1.max_dynamic_shared_size_bytes = smem
         P = n_out + 1
