@@ -10,6 +10,7 @@ Run from the repository root::
     python benchmarks/tools/profile_mlp.py --predict --hidden 1280
     python benchmarks/tools/profile_mlp.py --steps sgd --hidden 1280
     python benchmarks/tools/profile_mlp.py --per-sample-phases --hidden 100
+    python benchmarks/tools/profile_mlp.py --ab-registers --hidden 100
 """
 
 import argparse
@@ -58,10 +59,17 @@ def main(argv=None):
         help="instead: one-epoch fit with the initial weights drawn on the GPU against on the host",
     )
     parser.add_argument("--solver", choices=["adam", "sgd"], default="adam", help="solver of --ab-draws")
+    parser.add_argument(
+        "--ab-registers",
+        action="store_true",
+        help="instead: per-sample SGD epoch, first layer's rows in registers against in shared memory",
+    )
     args = parser.parse_args(argv)
     hidden = tuple(int(u) for u in args.hidden.split(","))
     if args.ab_draws:
         return ab_draws(hidden, args.solver)
+    if args.ab_registers:
+        return ab_registers(hidden)
     if args.per_sample_phases:
         return per_sample_phases(hidden)
     if args.steps:
@@ -268,26 +276,69 @@ def predict_profile(hidden):
         print(f"  PyTorch no_grad {name}, GPU time (events)  {np.median(times):8.1f} us")
 
 
+def _interleaved(call, settings, reset, rounds):
+    """Wall clock (synchronised) of ``call()`` under each of ``settings`` (name: function
+    that sets it up, after ``reset()``), in rounds whose order alternates; the times by name."""
+    import cupy as cp
+
+    times = {name: [] for name in settings}
+    names = list(settings)
+    for r in range(rounds):
+        for name in names if r % 2 else names[::-1]:
+            reset()
+            settings[name]()
+            cp.cuda.Device().synchronize()
+            t0 = time.perf_counter()
+            call()
+            cp.cuda.Device().synchronize()
+            times[name].append(time.perf_counter() - t0)
+    reset()
+    return times
+
+
+def ab_registers(hidden, rounds=7, n=60_000):
+    """Per-sample SGD epoch (the fused kernel, bench_mlp's per-sample settings) with each
+    hidden unit's row of the first layer in its warp's registers against in shared memory
+    (``FUSED_REGISTERS``), interleaved rounds, medians."""
+    import cupy as cp
+
+    from sknn_gpu.neural_network import _mlp_cuda
+
+    warnings.simplefilter("ignore")  # one-epoch fits: ConvergenceWarning each time
+    rng = np.random.default_rng(0)
+    X = cp.asarray(rng.random((n, 784), dtype=np.float32))
+    y = cp.asarray(rng.integers(0, 10, n))
+    common = dict(solver="sgd", momentum=0.0, learning_rate_init=0.01, alpha=1e-4, max_iter=1, random_state=0)
+    clf = GPUMLPClassifier(hidden, batch_size=1, device="cuda", **common)
+    for regs in (True, False):  # compile both
+        _mlp_cuda.FUSED_REGISTERS = regs
+        clf.fit(X[:400], y[:400])
+    times = _interleaved(
+        lambda: clf.fit(X, y),
+        {"registers": lambda: None, "shared memory": lambda: setattr(_mlp_cuda, "FUSED_REGISTERS", False)},
+        lambda: setattr(_mlp_cuda, "FUSED_REGISTERS", True),
+        rounds,
+    )
+    print(f"hidden {hidden}: one per-sample SGD epoch of {n:,} x 784 float32 samples, median of {rounds}:")
+    for name, t in times.items():
+        t = float(np.median(t))
+        print(f"  first layer's rows in {name:14s} {t * 1e3:8.2f} ms  ({t / n * 1e6:.2f} us a sample)")
+
+
 def ab_draws(hidden, solver, rounds=15):
     """One-epoch fit with the initial weights drawn on the GPU (``sknn_gpu._mt19937.legacy_uniform``)
     against drawn on the host, interleaved rounds, medians; then the host-side profile of
     one fit (cProfile, top 25 by internal time)."""
-    import cupy as cp
-
     from sknn_gpu.neural_network import _mlp
 
     clf, Xt, yt = _fitted(hidden, solver=solver)
     gpu_from = _mlp.GPU_DRAWS_FROM
-    times = {"GPU": [], "host": []}
-    for r in range(rounds):
-        for where in ("GPU", "host") if r % 2 else ("host", "GPU"):
-            _mlp.GPU_DRAWS_FROM = gpu_from if where == "GPU" else 1 << 62
-            cp.cuda.Device().synchronize()
-            t0 = time.perf_counter()
-            clf.fit(Xt, yt)
-            cp.cuda.Device().synchronize()
-            times[where].append(time.perf_counter() - t0)
-    _mlp.GPU_DRAWS_FROM = gpu_from
+    times = _interleaved(
+        lambda: clf.fit(Xt, yt),
+        {"GPU": lambda: None, "host": lambda: setattr(_mlp, "GPU_DRAWS_FROM", 1 << 62)},
+        lambda: setattr(_mlp, "GPU_DRAWS_FROM", gpu_from),
+        rounds,
+    )
     print(
         f"hidden {hidden}, solver={solver!r}: one-epoch fit, median of {rounds}: initial weights "
         f"drawn on the GPU {np.median(times['GPU']) * 1e3:.2f} ms, on the host "
