@@ -1218,8 +1218,10 @@ def test_verbose_one_logs_progress_lines_off_a_terminal(monkeypatch, digits, cap
         np.array(["b", "a", "a", "b"]),
         np.array([1.0, 2.0, 1.0]),
         np.array(["x", "y", "z", "x"], dtype=object),
+        np.array([10, 0, 5, 10, 0], dtype=np.uint8),  # codes with gaps: the look-up table
+        np.array([-2, 3, -2, 3, 7]),  # a negative code: searchsorted
     ],
-    ids=["int-multiclass", "str-binary", "float-binary", "object-multiclass"],
+    ids=["int-multiclass", "str-binary", "float-binary", "object-multiclass", "uint8-gaps", "negative"],
 )
 def test_fast_one_hot_is_the_label_binarizers(y):
     from sklearn.preprocessing import LabelBinarizer
@@ -1239,6 +1241,54 @@ def test_fast_one_hot_leaves_unknown_labels_and_multilabel_to_scikit_learn():
 
     lb = LabelBinarizer().fit([0, 1, 2])
     np.testing.assert_array_equal(_one_hot(lb, np.array([0, 7])), lb.transform(np.array([0, 7])))
+    lb = LabelBinarizer().fit([0, 2, 4])  # an unknown code between known ones
+    np.testing.assert_array_equal(_one_hot(lb, np.array([0, 1])), lb.transform(np.array([0, 1])))
     Y = np.array([[1, 0], [0, 1], [1, 1]])
     lbm = LabelBinarizer().fit(Y)
     np.testing.assert_array_equal(_one_hot(lbm, Y), lbm.transform(Y))
+
+
+@pytest.mark.parametrize(
+    "y, counted",
+    [
+        (np.array([3, 1, 4, 1, 5, 9, 2, 6, 5, 3]), True),  # int64, gaps between classes
+        (np.array([0, 1, 1, 0], dtype=np.int32), True),  # binary
+        (np.array([7, 7, 7], dtype=np.int16), True),  # one class: 'binary' for scikit-learn
+        (np.array([2, 0, 1], dtype=np.uint8), True),
+        (np.array([5, 2, 5], dtype=np.uint32), True),
+        (np.array([5, 2, 5], dtype=np.uint64), False),  # no bincount: scikit-learn's fit
+        (np.array([-1, 1, -1, 1]), False),  # negative
+        (np.array([0, 10**9, 3]), False),  # too far apart to count
+        (np.array([0.0, 1.0, 2.0]), False),  # floats
+        (np.array(["b", "a", "c"]), False),
+        (np.array([[0, 1], [1, 1]]), False),  # multilabel indicator
+    ],
+    ids=lambda v: f"{v.dtype}-{v.ndim}d-{v.size}" if isinstance(v, np.ndarray) else str(v),
+)
+def test_label_binarizer_fitted_by_counting_is_scikit_learns(y, counted, monkeypatch):
+    """Class codes counted with np.bincount leave the LabelBinarizer exactly as its own
+    fit does (classes_ values and dtype, y_type_, sparse_input_); other labels take fit."""
+    from sklearn.preprocessing import LabelBinarizer
+
+    from sknn_gpu.neural_network._data import fit_label_binarizer
+
+    theirs = LabelBinarizer().fit(y)
+    if counted:  # the counting path must not fall back on fit
+        monkeypatch.setattr(LabelBinarizer, "fit", lambda self, y: pytest.fail("fit called"))
+    ours = fit_label_binarizer(y)
+    monkeypatch.undo()
+    assert vars(ours).keys() == vars(theirs).keys()
+    for name, value in vars(theirs).items():
+        if isinstance(value, np.ndarray):
+            assert getattr(ours, name).dtype == value.dtype, name
+            np.testing.assert_array_equal(getattr(ours, name), value)
+        else:
+            assert getattr(ours, name) == value, name
+    np.testing.assert_array_equal(ours.transform(y), theirs.transform(y))
+
+
+def test_label_binarizer_refuses_empty_labels_as_scikit_learn_does():
+    from sknn_gpu.neural_network._data import fit_label_binarizer
+
+    with pytest.raises(ValueError, match="0 samples"):
+        fit_label_binarizer(np.array([], dtype=np.int64))

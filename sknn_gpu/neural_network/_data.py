@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 from sklearn.model_selection import train_test_split
+from sklearn.preprocessing import LabelBinarizer
 from sklearn.utils.validation import validate_data
 
 from .._backend import array_module, get_xp, is_cupy_sparse, is_device_array, to_host
@@ -30,7 +31,48 @@ from .._backend import take_rows as backend_take_rows
 from .._dask import is_dask_collection
 from ..base import reject_time_dtypes
 
-__all__ = ["CSRRows", "check_X", "host_rows", "is_sparse", "take_rows", "validation_split"]
+__all__ = [
+    "CSRRows",
+    "check_X",
+    "class_codes",
+    "fit_label_binarizer",
+    "host_rows",
+    "is_sparse",
+    "take_rows",
+    "validation_split",
+]
+
+#: labels counted with ``np.bincount`` in :func:`fit_label_binarizer` stay below
+#: ``max(COUNT_LABELS_BELOW, 2 * n_labels)``: the counts never take much more memory than
+#: the labels
+COUNT_LABELS_BELOW = 1 << 16
+
+
+def fit_label_binarizer(y):
+    """``LabelBinarizer().fit(y)`` (``y`` a NumPy array, as :func:`check_X` returns it),
+    counted instead of sorted for the usual class codes: 1-D labels of a signed or
+    at-most-32-bit unsigned integer dtype, none negative, all below ``max(2 * len(y),``
+    :data:`COUNT_LABELS_BELOW` ``)``, take ``np.bincount`` (about 0.1 ms for 60,000 labels
+    where ``fit`` sorts them twice in about 2.5 ms) and leave the binarizer in the state
+    ``fit`` leaves it in (the tests compare the two); any other ``y`` goes to ``fit``."""
+    lb = LabelBinarizer()
+    if not class_codes(y):
+        return lb.fit(y)
+    classes = np.flatnonzero(np.bincount(y)).astype(y.dtype, copy=False)
+    lb.y_type_ = "binary" if classes.size <= 2 else "multiclass"
+    lb.sparse_input_ = False
+    lb.classes_ = classes
+    return lb
+
+
+def class_codes(y):
+    """Whether ``y`` (NumPy) holds class codes :func:`fit_label_binarizer` counts: 1-D, not
+    empty, a signed or at-most-32-bit unsigned integer dtype, none negative, all below
+    ``max(2 * len(y),`` :data:`COUNT_LABELS_BELOW` ``)``."""
+    kind = y.dtype.kind
+    if y.ndim != 1 or not y.size or not (kind == "i" or (kind == "u" and y.dtype.itemsize <= 4)):
+        return False
+    return bool(y.min() >= 0 and y.max() < max(2 * y.size, COUNT_LABELS_BELOW))
 
 
 def check_X(est, X, reset, y="no_validation", finite=True):

@@ -83,7 +83,15 @@ from .._sklearn_compat import (
 from ..base import DeviceClassifierMixin, DeviceMixin, restore_state, snapshot_state, validates_params
 from . import _interop, _predict_cuda
 from ._base import Layout, OptimizerState, Solver, TrainConfig, check_batch_weights, forward
-from ._data import CSRRows, check_X, host_rows, is_sparse, validation_split
+from ._data import (
+    CSRRows,
+    check_X,
+    class_codes,
+    fit_label_binarizer,
+    host_rows,
+    is_sparse,
+    validation_split,
+)
 from ._mlp_cpu import CPUTrainer
 from ._mlp_cuda import CUDATrainer
 from ._predict_cuda import OUT_FUSED_MAX, forward_cuda, out_weights, tc_packs, use_dense_tc
@@ -108,9 +116,16 @@ def _one_hot(binarizer, y):
         return binarizer.transform(y)
     if (binarizer.neg_label, binarizer.pos_label) != (0, 1):
         return binarizer.transform(y)
-    idx = np.searchsorted(classes, y)
-    np.minimum(idx, k - 1, out=idx)
-    if not np.array_equal(classes[idx], y):  # a label it does not know: scikit-learn's answer
+    if class_codes(y) and class_codes(classes):  # a look-up table (searchsorted: ~10x slower)
+        lut = np.full(max(int(y.max()), int(classes[-1])) + 1, -1, dtype=np.intp)
+        lut[classes] = np.arange(k)
+        idx = lut[y]
+        known = idx.min() >= 0
+    else:
+        idx = np.searchsorted(classes, y)
+        np.minimum(idx, k - 1, out=idx)
+        known = np.array_equal(classes[idx], y)
+    if not known:  # a label it does not know: scikit-learn's answer
         return binarizer.transform(y)
     if k == 2:
         return (idx == 1).astype(int).reshape(-1, 1)
@@ -567,8 +582,7 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
         if y.ndim == 2 and y.shape[1] == 1:
             y = column_or_1d(y, warn=True)
         if (not hasattr(self, "classes_")) or (not self.warm_start and not incremental):
-            self._label_binarizer = LabelBinarizer()
-            self._label_binarizer.fit(y)
+            self._label_binarizer = fit_label_binarizer(y)
             self.classes_ = self._label_binarizer.classes_
         else:
             classes = unique_labels(y)
