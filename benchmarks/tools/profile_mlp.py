@@ -6,7 +6,7 @@ synchronisation; then its host-side profile). A profile, not a benchmark against
 
 Run from the repository root::
 
-    python benchmarks/tools/profile_mlp.py [--hidden 100]
+    python benchmarks/tools/profile_mlp.py [--hidden 100] [--solver sgd]
     python benchmarks/tools/profile_mlp.py --predict --hidden 1280
     python benchmarks/tools/profile_mlp.py --steps sgd --hidden 1280
     python benchmarks/tools/profile_mlp.py --per-sample-phases --hidden 100
@@ -58,7 +58,9 @@ def main(argv=None):
         action="store_true",
         help="instead: one-epoch fit with the initial weights drawn on the GPU against on the host",
     )
-    parser.add_argument("--solver", choices=["adam", "sgd"], default="adam", help="solver of --ab-draws")
+    parser.add_argument(
+        "--solver", choices=["adam", "sgd"], default="adam", help="solver of the fit profile, --ab-draws"
+    )
     parser.add_argument(
         "--ab-registers",
         action="store_true",
@@ -82,14 +84,14 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     Xt = cp.asarray(rng.random((60_000, 784), dtype=np.float32))
     yt = cp.asarray(rng.integers(0, 10, 60_000))
-    clf = GPUMLPClassifier(hidden, max_iter=1, random_state=0, device="cuda").fit(Xt, yt)
+    clf = GPUMLPClassifier(hidden, solver=args.solver, max_iter=1, random_state=0, device="cuda").fit(Xt, yt)
     X = Xt[:10_000]
     coefs, inters = clf._device_copy("coefs_"), clf._device_copy("intercepts_")
 
     def ms(f, n=50):  # microseconds: median wall clock with synchronisation
         return time_call(f, repeat=n, warmup=5, device="cuda") * 1e6
 
-    print(f"hidden {hidden}: fit, one epoch of 60,000 x 784 float32 rows on the GPU")
+    print(f"hidden {hidden}, solver={args.solver!r}: fit, one epoch of 60,000 x 784 float32 rows on the GPU")
     print(f"  fit                      {ms(lambda: clf.fit(Xt, yt), 5) / 1e3:8.2f} ms")
     host_profile(lambda: clf.fit(Xt, yt), "cumulative", 20)
     print(f"hidden {hidden}: predict_proba of 10,000 x 784 float32 rows on the GPU")

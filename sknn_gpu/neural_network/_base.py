@@ -83,7 +83,8 @@ class Layout:
 
     def unpack(self, flat):
         """``(coefs, intercepts)`` as lists of NumPy arrays, copied out of ``flat``."""
-        coefs, inters = self.views(to_host(flat).copy())
+        host = to_host(flat)  # a device buffer arrives as a new array: copied once
+        coefs, inters = self.views(host.copy() if host is flat else host)
         return list(coefs), list(inters)
 
 

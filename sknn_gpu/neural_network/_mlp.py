@@ -751,8 +751,10 @@ class GPUMLPClassifier(DeviceMixin, DeviceClassifierMixin, BaseEstimator):
             inter = self._random_state.uniform(-bound, bound, fan_out).astype(dtype, copy=False)
             self.coefs_.append(coef)
             self.intercepts_.append(inter)
-        self._best_coefs = [c.copy() for c in self.coefs_]
-        self._best_intercepts = [i.copy() for i in self.intercepts_]
+        # the same arrays, not copies: a fit replaces coefs_, never writes into them (early
+        # stopping copies the best ones onto the device before training)
+        self._best_coefs = list(self.coefs_)
+        self._best_intercepts = list(self.intercepts_)
         self.loss_curve_ = []
         self._no_improvement_count = 0
         if self.early_stopping:
