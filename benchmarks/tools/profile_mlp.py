@@ -298,20 +298,26 @@ def _interleaved(call, settings, reset, rounds):
     return times
 
 
-def ab_registers(hidden, rounds=7, n=60_000):
-    """Per-sample SGD epoch (the fused kernel, bench_mlp's per-sample settings) with each
-    hidden unit's row of the first layer in its warp's registers against in shared memory
-    (``FUSED_REGISTERS``), interleaved rounds, medians."""
+def _per_sample_setup(hidden, n):
+    """bench_mlp's per-sample settings (plain SGD, lr 0.01, L2 1e-4, one epoch) on ``n``
+    random 784-feature CuPy rows, 10 classes: ``(classifier, X, y)``."""
     import cupy as cp
-
-    from sknn_gpu.neural_network import _mlp_cuda
 
     warnings.simplefilter("ignore")  # one-epoch fits: ConvergenceWarning each time
     rng = np.random.default_rng(0)
     X = cp.asarray(rng.random((n, 784), dtype=np.float32))
     y = cp.asarray(rng.integers(0, 10, n))
     common = dict(solver="sgd", momentum=0.0, learning_rate_init=0.01, alpha=1e-4, max_iter=1, random_state=0)
-    clf = GPUMLPClassifier(hidden, batch_size=1, device="cuda", **common)
+    return GPUMLPClassifier(hidden, batch_size=1, device="cuda", **common), X, y
+
+
+def ab_registers(hidden, rounds=7, n=60_000):
+    """Per-sample SGD epoch (the fused kernel, bench_mlp's per-sample settings) with each
+    hidden unit's row of the first layer in its warp's registers against in shared memory
+    (``FUSED_REGISTERS``), interleaved rounds, medians."""
+    from sknn_gpu.neural_network import _mlp_cuda
+
+    clf, X, y = _per_sample_setup(hidden, n)
     for regs in (True, False):  # compile both
         _mlp_cuda.FUSED_REGISTERS = regs
         clf.fit(X[:400], y[:400])
@@ -371,12 +377,7 @@ def per_sample_phases(hidden, n=20_000):
     from sknn_gpu._kernels import get_module
     from sknn_gpu.neural_network import _mlp_cuda
 
-    warnings.simplefilter("ignore")  # one-epoch fits: ConvergenceWarning each time
-    rng = np.random.default_rng(0)
-    X = cp.asarray(rng.random((n, 784), dtype=np.float32))
-    y = cp.asarray(rng.integers(0, 10, n))
-    common = dict(solver="sgd", momentum=0.0, learning_rate_init=0.01, alpha=1e-4, max_iter=1, random_state=0)
-    clf = GPUMLPClassifier(hidden, batch_size=1, device="cuda", **common)
+    clf, X, y = _per_sample_setup(hidden, n)
     clf.fit(X[:64], y[:64])  # compile
     plain = time_call(lambda: clf.fit(X, y), repeat=3, warmup=1, device="cuda")
     real = _mlp_cuda.get_function
