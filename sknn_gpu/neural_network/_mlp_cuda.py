@@ -57,7 +57,7 @@ FUSED_CLUSTER_MAX = 8
 #: (plain SGD and momentum; the same bits; tests switch it off to compare)
 FUSED_REGISTERS = True
 #: most 32-bit registers a lane spends on its share of a row and its velocity (more spills:
-#: float32 plain SGD up to 1,024 inputs, with momentum or in float64 up to 512)
+#: plain SGD up to 1,024 float32 inputs or 512 float64, with momentum half as many)
 FUSED_REGISTER_MAX = 32
 #: fewest minibatch steps a call must plan (steps per epoch x epochs) for capturing to pay:
 #: capturing costs about 0.4 ms of host time per captured step (about six of them), a
