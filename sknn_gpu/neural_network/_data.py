@@ -50,11 +50,9 @@ COUNT_LABELS_BELOW = 1 << 16
 
 def fit_label_binarizer(y):
     """``LabelBinarizer().fit(y)`` (``y`` a NumPy array, as :func:`check_X` returns it),
-    counted instead of sorted for the usual class codes: 1-D labels of a signed or
-    at-most-32-bit unsigned integer dtype, none negative, all below ``max(2 * len(y),``
-    :data:`COUNT_LABELS_BELOW` ``)``, take ``np.bincount`` (about 0.1 ms for 60,000 labels
-    where ``fit`` sorts them twice in about 2.5 ms) and leave the binarizer in the state
-    ``fit`` leaves it in (the tests compare the two); any other ``y`` goes to ``fit``."""
+    counted instead of sorted when ``y`` holds class codes (:func:`class_codes`): one
+    ``np.bincount`` pass where ``fit`` sorts the labels twice. The binarizer is left in the
+    state ``fit`` leaves it in (the tests compare the two); any other ``y`` goes to ``fit``."""
     lb = LabelBinarizer()
     if not class_codes(y):
         return lb.fit(y)
@@ -66,13 +64,14 @@ def fit_label_binarizer(y):
 
 
 def class_codes(y):
-    """Whether ``y`` (NumPy) holds class codes :func:`fit_label_binarizer` counts: 1-D, not
+    """The largest value of ``y`` (NumPy) plus one when ``y`` holds class codes: 1-D, not
     empty, a signed or at-most-32-bit unsigned integer dtype, none negative, all below
-    ``max(2 * len(y),`` :data:`COUNT_LABELS_BELOW` ``)``."""
+    ``max(2 * len(y),`` :data:`COUNT_LABELS_BELOW` ``)``; else 0."""
     kind = y.dtype.kind
     if y.ndim != 1 or not y.size or not (kind == "i" or (kind == "u" and y.dtype.itemsize <= 4)):
-        return False
-    return bool(y.min() >= 0 and y.max() < max(2 * y.size, COUNT_LABELS_BELOW))
+        return 0
+    top = int(y.max())
+    return top + 1 if y.min() >= 0 and top < max(2 * y.size, COUNT_LABELS_BELOW) else 0
 
 
 def check_X(est, X, reset, y="no_validation", finite=True):

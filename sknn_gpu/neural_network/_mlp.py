@@ -116,8 +116,9 @@ def _one_hot(binarizer, y):
         return binarizer.transform(y)
     if (binarizer.neg_label, binarizer.pos_label) != (0, 1):
         return binarizer.transform(y)
-    if class_codes(y) and class_codes(classes):  # a look-up table (searchsorted: ~10x slower)
-        lut = np.full(max(int(y.max()), int(classes[-1])) + 1, -1, dtype=np.intp)
+    y_codes, known_codes = class_codes(y), class_codes(classes)
+    if y_codes and known_codes:  # a look-up table: faster than searchsorted
+        lut = np.full(max(y_codes, known_codes), -1, dtype=np.intp)
         lut[classes] = np.arange(k)
         idx = lut[y]
         known = idx.min() >= 0
